@@ -1,0 +1,19 @@
+"""The one exception type the entry points turn into a one-line message and exit code."""
+
+
+class UserError(Exception):
+    """Bad input from the user: the message names the problem and the fix, on one line."""
+
+
+def run_cli(main) -> int:
+    """Run an entry point's main(); a UserError becomes `error: ...` on stderr and exit 2."""
+    import sys
+
+    try:
+        return main() or 0
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was written", file=sys.stderr)
+        return 130
