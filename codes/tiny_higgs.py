@@ -120,6 +120,26 @@ def higgs_config(size: str = "tiny"):
     )
 
 
+def _normalize_outputs(modules, targets, run) -> None:
+    """Rescale each module's weight and bias, in forward order, so that its output on the
+    calibration signal has the target standard deviation (one pass: each hook rescales
+    the output it returns too, so later layers see the normalised signal)."""
+
+    def hook(module, _inputs, output):
+        scale = targets[module] / (output.std().item() + 1e-12)
+        module.weight.mul_(scale)
+        if module.bias is not None:
+            module.bias.mul_(scale)
+        return output * scale
+
+    handles = [m.register_forward_hook(hook) for m in modules]
+    try:
+        run()
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
 def _randomize(model, seed: int, calibration: np.ndarray) -> None:
     import torch
     from torch import nn
@@ -127,43 +147,53 @@ def _randomize(model, seed: int, calibration: np.ndarray) -> None:
     gen = torch.Generator().manual_seed(seed)
 
     def normal_(tensor, std):
-        with torch.no_grad():
-            tensor.copy_(torch.randn(tensor.shape, generator=gen) * std)
+        tensor.copy_(torch.randn(tensor.shape, generator=gen) * std)
 
-    def uniform_(tensor, low, high):
-        with torch.no_grad():
-            tensor.copy_(low + (high - low) * torch.rand(tensor.shape, generator=gen))
+    convs = (nn.Conv1d, nn.ConvTranspose1d)
+    # Activations stay near unit scale through every layer (a random DAC otherwise grows
+    # ~3x per block, and fp32 rounding then shows up as ~1e-4 output differences).
+    # Residual branches add at half scale; the decoder ends at speech level.
+    targets = {}
+    for part in (model.acoustic_encoder, model.acoustic_decoder, model.encoder_semantic):
+        for name, module in part.named_modules():
+            if isinstance(module, convs):
+                targets[module] = 0.5 if ".res_unit" in name and name.endswith("conv2") else 1.0
+    targets[model.acoustic_decoder.conv2] = DECODER_OUTPUT_RMS
+    targets[model.fc] = 1.0
 
-    # Variance-preserving convolutions in the DAC encoder/decoder; biases small but non-zero.
-    for part in (model.acoustic_encoder, model.acoustic_decoder):
-        for module in part.modules():
-            if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)):
-                weight = module.weight
-                if isinstance(module, nn.Conv1d):
-                    fan_in = weight.shape[1] * weight.shape[2]
-                else:  # ConvTranspose1d [in, out, k]: each output sums in * k / stride taps
-                    fan_in = weight.shape[0] * weight.shape[2] / module.stride[0]
-                normal_(weight, 1.0 / fan_in**0.5)
-                if module.bias is not None:
-                    normal_(module.bias, 0.02)
-            elif module.__class__.__name__ == "Snake1d":
-                uniform_(module.alpha, 0.5, 2.0)
-    for linear in (model.fc, model.fc1, model.fc2):
-        normal_(linear.weight, 1.0 / linear.weight.shape[1] ** 0.5)
-        normal_(linear.bias, 0.02)
-
-    # Residual VQ: orthonormal project_in rows, project_out = its transpose, so that
-    # subtracting a stage's quantized vector removes that stage's share of the residual.
-    # Each codebook follows the statistics of its stage's projected residual.
     with torch.no_grad():
+        for module in list(targets) + [model.fc2]:
+            fan_in = module.weight[0].numel() if isinstance(module, (nn.Conv1d, nn.Linear)) else (
+                module.weight.shape[0] * module.weight.shape[2] / module.stride[0])
+            normal_(module.weight, 1.0 / fan_in**0.5)
+            if module.bias is not None:
+                normal_(module.bias, 0.02)
+        for module in model.acoustic_encoder.modules():
+            if module.__class__.__name__ == "Snake1d":
+                module.alpha.copy_(0.5 + 1.5 * torch.rand(module.alpha.shape, generator=gen))
+        for module in model.acoustic_decoder.modules():
+            if module.__class__.__name__ == "Snake1d":
+                module.alpha.copy_(0.5 + 1.5 * torch.rand(module.alpha.shape, generator=gen))
+
         waveform = torch.from_numpy(calibration)[None, None, :]
-        codes_len = waveform.shape[-1] // HOP_LENGTH * HOP_LENGTH
-        waveform = waveform[..., :codes_len]
-        semantic = model._extract_semantic_features(waveform)
-        e_semantic = model.encoder_semantic(semantic.transpose(1, 2))
-        e_acoustic = model.acoustic_encoder(waveform)
-        embeddings = torch.cat([e_acoustic, e_semantic], dim=1)
-        residual = model.fc(embeddings.transpose(1, 2)).transpose(1, 2)
+        waveform = waveform[..., : waveform.shape[-1] // HOP_LENGTH * HOP_LENGTH]
+        encoder_side = [m for m in targets if m is not model.acoustic_decoder.conv2
+                        and not any(m is d for d in model.acoustic_decoder.modules())]
+        features = {}
+
+        def encode_features():
+            semantic = model._extract_semantic_features(waveform)
+            e_semantic = model.encoder_semantic(semantic.transpose(1, 2))
+            e_acoustic = model.acoustic_encoder(waveform)
+            embeddings = torch.cat([e_acoustic, e_semantic], dim=1)
+            features["embeddings"] = model.fc(embeddings.transpose(1, 2)).transpose(1, 2)
+
+        _normalize_outputs(encoder_side, targets, encode_features)
+
+        # Residual VQ: orthonormal project_in rows, project_out = its transpose, so that
+        # subtracting a stage's quantized vector removes that stage's share of the residual.
+        # Each codebook follows the statistics of its stage's projected residual.
+        residual = features["embeddings"]
         for vq in model.quantizer.quantizers:
             hidden, dim = vq.project_in.weight.shape[1], vq.project_in.weight.shape[0]
             basis, _ = torch.linalg.qr(torch.randn(hidden, dim, generator=gen))
@@ -181,13 +211,9 @@ def _randomize(model, seed: int, calibration: np.ndarray) -> None:
             book.inited.fill_(True)
             residual = residual - vq.decode(vq.encode(residual))
 
-        # Scale the last decoder convolution so decoded audio sits at speech level.
         codes = model.encode(waveform, return_dict=False)
-        audio = model.decode(codes, return_dict=False)
-        rms = audio.pow(2).mean().sqrt().item()
-        conv2 = model.acoustic_decoder.conv2
-        conv2.weight.mul_(DECODER_OUTPUT_RMS / rms)
-        conv2.bias.mul_(DECODER_OUTPUT_RMS / rms)
+        decoder_side = [m for m in targets if m not in encoder_side]
+        _normalize_outputs(decoder_side, targets, lambda: model.decode(codes, return_dict=False))
 
 
 def write_higgs_checkpoint(out_dir, size: str = "tiny", seed: int = 0) -> Path:
