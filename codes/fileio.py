@@ -24,6 +24,7 @@ def atomic_path(final: str | os.PathLike, suffix: str = ""):
     final = Path(final)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix or final.suffix, dir=final.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp files are private; outputs get the usual mode
     try:
         yield Path(tmp)
         os.replace(tmp, final)
@@ -31,6 +32,12 @@ def atomic_path(final: str | os.PathLike, suffix: str = ""):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: str | os.PathLike, data) -> None:

@@ -1,0 +1,1 @@
+"""Build-time code: turns an upstream checkpoint into ONNX graphs (needs torch)."""

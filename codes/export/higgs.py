@@ -1,0 +1,302 @@
+"""The Higgs Audio V2 codec as four ONNX graphs (build time: needs torch and transformers).
+
+Upstream's `encode` cannot be one graph: the 24->16 kHz resampler's output length and
+the "pad the acoustic input?" decision are Python-side length arithmetic, which a
+traced export bakes in (REFERENCE §4). Split at the feature boundary instead:
+
+  acoustic_encoder   waveform 24 kHz [B,1,N]          -> DAC features [B,A,T]
+  semantic_encoder   waveform 24 kHz [B,1,N]          -> semantic features [B,S,T]
+                     (24->16 kHz resampling, HuBERT, layer mean, every 2nd frame,
+                      semantic conv encoder: all inside the graph)
+  quantizer_encoder  acoustic + semantic features     -> codes [B,8,T] int64
+  higgs_decoder      codes [B,8,T]                    -> waveform 24 kHz [B,1,960*T]
+
+The encoders take whole hops (N = 960*T), as upstream feeds them after cutting the
+reference to a multiple of the hop; then the acoustic and semantic frame counts agree
+and upstream never takes its padding branch, so the graphs need none.
+
+The resampler lives in the semantic graph: it is torchaudio's windowed-sinc filter as a
+fixed strided convolution, so the ONNX graph reproduces upstream's 16 kHz signal to
+float rounding. Resampling in the runtime (soxr) would feed HuBERT a differently
+filtered signal and codes would no longer match upstream's exactly; and the runtime
+keeps one input rate for all encoders.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..specs import (
+    ACOUSTIC_ENCODER,
+    CODEBOOK_SIZE,
+    HIGGS_DECODER,
+    HIGGS_DIR,
+    HIGGS_SPECS,
+    HOP_LENGTH,
+    NUM_CODEBOOKS,
+    QUANTIZER_ENCODER,
+    SAMPLE_RATE,
+    SEMANTIC_ENCODER,
+)
+
+SEMANTIC_SAMPLE_RATE = 16000
+# Upstream pads the 16 kHz signal by 160 samples per side before HuBERT (not hop/2).
+SEMANTIC_PAD = 160
+PRECISIONS = ("fp16", "fp32")
+
+
+# --- preparation ---------------------------------------------------------------------
+
+
+def _remove_weight_norms(model: nn.Module) -> None:
+    """Fold weight-norm (parametrizations and old-style hooks) into plain weights."""
+    from torch.nn.utils import parametrize
+
+    for module in model.modules():
+        if parametrize.is_parametrized(module):
+            for name in list(module.parametrizations.keys()):
+                parametrize.remove_parametrizations(module, name, leave_parametrized=True)
+        if hasattr(module, "weight_g") and hasattr(module, "weight_v"):
+            torch.nn.utils.remove_weight_norm(module)
+
+
+@lru_cache(maxsize=2)
+def load_prepared_higgs(source_dir: str):
+    """The upstream codec from `<ckpt>/audio_tokenizer`, in eval mode, weight norms folded
+    (HuBERT's pos_conv_embed included), gradients off."""
+    from transformers import HiggsAudioV2TokenizerModel
+
+    model = HiggsAudioV2TokenizerModel.from_pretrained(source_dir).eval()
+    _remove_weight_norms(model)
+    for param in model.parameters():
+        param.requires_grad_(False)
+    config = model.config
+    if (config.hop_length, config.frame_rate, config.num_quantizers, config.codebook_size) != (
+        HOP_LENGTH, SAMPLE_RATE // HOP_LENGTH, NUM_CODEBOOKS, CODEBOOK_SIZE
+    ):
+        raise ValueError(
+            f"{source_dir}: codec has hop {config.hop_length}, {config.num_quantizers} codebooks of "
+            f"{config.codebook_size}; OmniVoice needs hop {HOP_LENGTH}, {NUM_CODEBOOKS} x {CODEBOOK_SIZE}"
+        )
+    if (config.sample_rate, config.semantic_sample_rate) != (SAMPLE_RATE, SEMANTIC_SAMPLE_RATE):
+        raise ValueError(f"{source_dir}: codec runs at {config.sample_rate}/{config.semantic_sample_rate} Hz; "
+                         f"expected {SAMPLE_RATE}/{SEMANTIC_SAMPLE_RATE}")
+    return model
+
+
+# --- the four graphs -----------------------------------------------------------------
+
+
+class AcousticEncoder(nn.Module):
+    def __init__(self, codec):
+        super().__init__()
+        self.encoder = codec.acoustic_encoder
+
+    def forward(self, waveform):
+        return self.encoder(waveform)
+
+
+class SincResampler(nn.Module):
+    """torchaudio's sinc resampler with a length-agnostic output slice.
+
+    The kernel is torchaudio's own (`transforms.Resample`); only the final trim to
+    ceil(N * new / orig) is written with tensor shape arithmetic, so the exported graph
+    follows the input length instead of baking in the traced one."""
+
+    def __init__(self, orig_freq: int, new_freq: int):
+        super().__init__()
+        import torchaudio
+
+        reference = torchaudio.transforms.Resample(orig_freq, new_freq)
+        self.register_buffer("kernel", reference.kernel.clone(), persistent=False)
+        self.width = int(reference.width)
+        self.orig = int(reference.orig_freq) // int(reference.gcd)
+        self.new = int(reference.new_freq) // int(reference.gcd)
+
+    def forward(self, waveform):  # [B, N] -> [B, ceil(N * new / orig)]
+        batch = waveform.shape[0]
+        length = waveform.shape[-1]
+        padded = nn.functional.pad(waveform, (self.width, self.width + self.orig))
+        resampled = nn.functional.conv1d(padded[:, None], self.kernel, stride=self.orig)
+        resampled = resampled.transpose(1, 2).reshape(batch, -1)
+        target = (length * self.new + self.orig - 1) // self.orig
+        return resampled[:, :target]
+
+
+class SemanticEncoder(nn.Module):
+    def __init__(self, codec):
+        super().__init__()
+        config = codec.config
+        self.resample = SincResampler(config.sample_rate, config.semantic_sample_rate)
+        self.hubert = codec.semantic_model
+        self.downsample = config.semantic_downsample_factor
+        self.encoder = codec.encoder_semantic
+
+    def forward(self, waveform):
+        audio_16k = self.resample(waveform[:, 0, :])
+        audio_16k = nn.functional.pad(audio_16k, (SEMANTIC_PAD, SEMANTIC_PAD))
+        hidden_states = self.hubert(audio_16k, output_hidden_states=True).hidden_states
+        features = torch.stack(hidden_states, dim=1).mean(dim=1)
+        if self.downsample > 1:
+            features = features[:, :: self.downsample, :]
+        return self.encoder(features.transpose(1, 2))
+
+
+class QuantizerEncoder(nn.Module):
+    def __init__(self, codec):
+        super().__init__()
+        self.fc = codec.fc
+        self.quantizer = codec.quantizer
+
+    def forward(self, acoustic_features, semantic_features):
+        embeddings = torch.cat([acoustic_features, semantic_features], dim=1)
+        embeddings = self.fc(embeddings.transpose(1, 2)).transpose(1, 2)
+        return self.quantizer.encode(embeddings).transpose(0, 1)
+
+
+class HiggsDecoder(nn.Module):
+    def __init__(self, codec):
+        super().__init__()
+        self.quantizer = codec.quantizer
+        self.fc2 = codec.fc2
+        self.decoder = codec.acoustic_decoder
+
+    def forward(self, audio_codes):
+        quantized = self.quantizer.decode(audio_codes.transpose(0, 1))
+        return self.decoder(self.fc2(quantized.transpose(1, 2)).transpose(1, 2))
+
+
+WRAPPERS = {
+    ACOUSTIC_ENCODER.key: AcousticEncoder,
+    SEMANTIC_ENCODER.key: SemanticEncoder,
+    QUANTIZER_ENCODER.key: QuantizerEncoder,
+    HIGGS_DECODER.key: HiggsDecoder,
+}
+SPECS = {spec.key: spec for spec in HIGGS_SPECS}
+
+
+def wrap(key: str, source_dir) -> nn.Module:
+    # The legacy exporter copies the wrapper's training flag onto its children: eval() it.
+    return WRAPPERS[key](load_prepared_higgs(str(Path(source_dir).resolve()))).eval()
+
+
+def feature_dims(source_dir) -> tuple[int, int]:
+    """(acoustic_dim, semantic_dim) from config.json, without loading weights."""
+    config = json.loads((Path(source_dir) / "config.json").read_text())
+    return config["acoustic_model_config"]["hidden_size"], config["semantic_model_config"]["hidden_size"]
+
+
+def dummy_inputs(key: str, source_dir, batch: int = 2, frames: int = 3) -> tuple:
+    """Export-time inputs; batch and frames are > 1 so no axis is specialised to 1."""
+    gen = torch.Generator().manual_seed(0)
+    if key in (ACOUSTIC_ENCODER.key, SEMANTIC_ENCODER.key):
+        return (0.1 * torch.randn(batch, 1, frames * HOP_LENGTH, generator=gen),)
+    if key == QUANTIZER_ENCODER.key:
+        acoustic_dim, semantic_dim = feature_dims(source_dir)
+        return (torch.randn(batch, acoustic_dim, frames, generator=gen),
+                torch.randn(batch, semantic_dim, frames, generator=gen))
+    if key == HIGGS_DECODER.key:
+        return (torch.randint(0, CODEBOOK_SIZE, (batch, NUM_CODEBOOKS, frames), generator=gen),)
+    raise KeyError(key)
+
+
+# --- build ---------------------------------------------------------------------------
+
+
+def graph_float_dtype(model_file: Path) -> str:
+    """'float16' if the graph computes in fp16 (its initializers are), else 'float32'."""
+    import onnx
+
+    model = onnx.load(str(model_file), load_external_data=False)
+    types = {init.data_type for init in model.graph.initializer}
+    return "float16" if onnx.TensorProto.FLOAT16 in types else "float32"
+
+
+# The nearest-codebook search computes |x|^2 - 2 x.e + |e|^2, which cancels badly in
+# fp16, and the quantizer is ~1 M parameters: it stays fp32 in every build.
+ALWAYS_FP32 = (QUANTIZER_ENCODER.key,)
+
+
+def _loader_names(key: str) -> tuple[str, str]:
+    """The user_script.py functions Olive calls for this graph."""
+    return f"load_higgs_{key}", f"higgs_{key}_inputs"
+
+
+def feature_extractor_settings(source_dir) -> dict:
+    """What the runtime needs from upstream's preprocessor_config.json, checked."""
+    path = Path(source_dir) / "preprocessor_config.json"
+    settings = json.loads(path.read_text())
+    wanted = {"sampling_rate": SAMPLE_RATE, "hop_length": HOP_LENGTH, "feature_size": 1}
+    for name, value in wanted.items():
+        if settings.get(name) != value:
+            raise ValueError(f"{path}: {name} is {settings.get(name)!r}; the codec runtime needs {value}")
+    return {"sampling_rate": SAMPLE_RATE, "hop_length": HOP_LENGTH, "feature_size": 1,
+            "padding_value": float(settings.get("padding_value", 0.0))}
+
+
+def _manifest_tensors(tensors, graph_tensors: list[dict]) -> list[dict]:
+    by_name = {t["name"]: t for t in graph_tensors}
+    entries = []
+    for spec in tensors:
+        built = by_name.get(spec.name)
+        if built is None:
+            raise RuntimeError(f"built graph lacks tensor {spec.name!r} (has {sorted(by_name)})")
+        entries.append(spec.to_manifest(built["dtype"]))
+    return entries
+
+
+def build_higgs(source_audio_tokenizer_dir, out_dir, precision: str = "fp16", work_dir=None, log=print) -> dict:
+    """Export the four codec graphs into `out_dir`; return the manifest's "higgs" section."""
+    import tempfile
+
+    from ..fileio import sha256_file
+    from .olive_build import olive_export
+    from .onnx_io import graph_io
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"codec precision {precision!r} is not one of {', '.join(PRECISIONS)} (never int4)")
+    source = Path(source_audio_tokenizer_dir).resolve()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    codec = load_prepared_higgs(str(source))  # validates the layout before any export
+    feature_extractor = feature_extractor_settings(source)
+
+    files = {}
+    with tempfile.TemporaryDirectory(prefix="higgs_olive_", dir=work_dir) as olive_dir:
+        for spec in HIGGS_SPECS:
+            graph_precision = "fp32" if spec.key in ALWAYS_FP32 else precision
+            loader, inputs_func = _loader_names(spec.key)
+            started = time.perf_counter()
+            path = olive_export(spec, source, loader, inputs_func, graph_precision, out_dir, Path(olive_dir))
+            seconds = time.perf_counter() - started
+            graph_inputs, graph_outputs, _ = graph_io(path)
+            files[spec.key] = {
+                "filename": path.name,
+                "precision": "fp16" if graph_float_dtype(path) == "float16" else "fp32",
+                "inputs": _manifest_tensors(spec.inputs, graph_inputs),
+                "outputs": _manifest_tensors(spec.outputs, graph_outputs),
+                "sha256": sha256_file(path),
+            }
+            log(f"  {spec.key}: {files[spec.key]['precision']}, {path.stat().st_size / 1e6:.1f} MB, {seconds:.1f} s")
+
+    config = codec.config
+    return {
+        "dir": HIGGS_DIR,
+        "precision": precision,
+        "sample_rate": SAMPLE_RATE,
+        "semantic_sample_rate": SEMANTIC_SAMPLE_RATE,
+        "hop_length": HOP_LENGTH,
+        "frame_rate": SAMPLE_RATE // HOP_LENGTH,
+        "num_codebooks": NUM_CODEBOOKS,
+        "codebook_size": CODEBOOK_SIZE,
+        "acoustic_dim": config.acoustic_model_config.hidden_size,
+        "semantic_dim": config.semantic_model_config.hidden_size,
+        "feature_extractor": feature_extractor,
+        "files": files,
+    }

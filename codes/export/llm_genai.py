@@ -1,0 +1,58 @@
+"""The backbone through onnxruntime-genai's model builder, then made bidirectional."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+from pathlib import Path
+
+import onnx
+
+from .bidirectional import make_bidirectional
+from .onnx_io import save_model
+
+GENAI_PRECISION = {"fp32": "fp32", "fp16": "fp16", "int4": "int4"}
+
+
+def write_standalone_llm(omnivoice, out_dir: Path) -> Path:
+    """The backbone as a standalone Qwen3ForCausalLM folder: the input the genai builder takes."""
+    from transformers import Qwen3ForCausalLM
+
+    causal_lm = Qwen3ForCausalLM(omnivoice.llm.config)
+    causal_lm.model.load_state_dict(omnivoice.llm.state_dict())
+    causal_lm.config.architectures = ["Qwen3ForCausalLM"]
+    causal_lm.save_pretrained(str(out_dir))
+    return Path(out_dir)
+
+
+def genai_options(execution_provider: str) -> list[str]:
+    options = ["exclude_embeds=true", "exclude_lm_head=true"]
+    if execution_provider == "cuda":
+        # Keep q/k norms out of GQA so one graph layout serves every provider (CPU rejects the fused form).
+        options.append("fuse_qk_norm_gqa=false")
+    return options
+
+
+def build_genai_causal(hf_dir: Path, out_dir: Path, precision: str, execution_provider: str, quiet: bool = True) -> Path:
+    """onnxruntime-genai create_model as the recipe calls it; returns the causal model.onnx."""
+    from onnxruntime_genai.models import builder
+
+    args = ("Qwen/Qwen3-0.6B", str(hf_dir), str(out_dir), GENAI_PRECISION[precision], execution_provider,
+            str(Path(out_dir) / "cache"))
+    sink = io.StringIO() if quiet else None
+    with contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
+        # create_model needs parse_extra_options first (REFERENCE §3).
+        options = builder.parse_extra_options(*args, genai_options(execution_provider))
+        builder.create_model(*args, **options)
+    return Path(out_dir) / "model.onnx"
+
+
+def build_llm_genai(omnivoice, out_dir: Path, work_dir: Path, precision: str, execution_provider: str) -> Path:
+    hf_dir = write_standalone_llm(omnivoice, Path(work_dir) / "qwen3_hf")
+    causal = build_genai_causal(hf_dir, Path(work_dir) / "genai", precision, execution_provider)
+    model = make_bidirectional(onnx.load(str(causal)))
+    final = save_model(model, Path(out_dir) / "llm_decoder.onnx")
+    shutil.rmtree(Path(work_dir) / "genai", ignore_errors=True)
+    shutil.rmtree(hf_dir, ignore_errors=True)
+    return final

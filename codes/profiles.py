@@ -1,0 +1,44 @@
+"""Build profiles: which precision each sub-model gets and which provider runs it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import UserError
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    llm_precision: str  # fp32 | fp16 | int4
+    audio_precision: str  # embeddings and heads: fp32 | fp16 | int4
+    execution_provider: str  # the ONNX Runtime provider the build is meant for
+    genai_target: str  # onnxruntime-genai builder's execution_provider
+    llm_export: str  # default backbone path: genai | torch
+    description: str
+
+    @property
+    def default_output(self) -> str:
+        return f"models/omnivoice-{self.name.replace('_', '-')}"
+
+
+PROFILES = {
+    p.name: p
+    for p in (
+        Profile("cpu", "int4", "int4", "CPUExecutionProvider", "cpu", "genai",
+                "int4 everywhere (block-wise RTN), CPU"),
+        Profile("cpu_fp16", "int4", "fp16", "CPUExecutionProvider", "cpu", "genai",
+                "int4 backbone, fp16 embeddings and heads, CPU"),
+        Profile("gpu", "fp16", "fp16", "CUDAExecutionProvider", "cuda", "genai",
+                "fp16 everywhere, CUDA"),
+        Profile("cpu_fp32", "fp32", "fp32", "CPUExecutionProvider", "cpu", "genai",
+                "fp32 reference build, used for equivalence with upstream"),
+    )
+}
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise UserError(f"unknown profile --device {name!r}; choose one of {', '.join(PROFILES)}") from None

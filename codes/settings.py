@@ -1,0 +1,67 @@
+"""Every generation setting in one place, with upstream's defaults (OmniVoiceGenerationConfig).
+
+The API, the CLI flags and the manifest defaults all read this dataclass, so a
+default changes here only. Bad values raise UserError when the settings are made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from codes.errors import UserError
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    num_step: int = 32  # decoding steps; each reveals part of the masked target
+    guidance_scale: float = 2.0  # classifier-free guidance; 0 turns it off
+    t_shift: float = 0.1  # < 1 reveals few cells early and many late
+    layer_penalty_factor: float = 5.0  # score penalty per codebook index: coarse codebooks first
+    position_temperature: float = 5.0  # Gumbel noise on which cells to reveal; 0 = deterministic
+    class_temperature: float = 0.0  # Gumbel sampling of the token values; 0 = argmax
+    denoise: bool = True  # prepend <|denoise|> when there is a reference
+    preprocess_prompt: bool = True  # trim silence from the reference, end its text with punctuation
+    postprocess_output: bool = True  # remove long silences from the output
+    audio_chunk_duration: float = 15.0  # seconds per chunk for long text
+    audio_chunk_threshold: float = 30.0  # chunk only when the estimate is longer than this (s)
+    pad_duration: float = 0.1  # silence added on each side of the output (s)
+    fade_duration: float = 0.1  # fade-in/out length (s)
+
+    def __post_init__(self):
+        for name in ("denoise", "preprocess_prompt", "postprocess_output"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if isinstance(self.num_step, bool) or not isinstance(self.num_step, int) or self.num_step < 1:
+            raise UserError(f"num_step must be a whole number >= 1, got {self.num_step!r}")
+        rules = {
+            "guidance_scale": (lambda v: True, "a finite number"),
+            "t_shift": (lambda v: v > 0, "> 0"),
+            "layer_penalty_factor": (lambda v: True, "a finite number"),
+            "position_temperature": (lambda v: v >= 0, ">= 0 (0 turns the noise off)"),
+            "class_temperature": (lambda v: v >= 0, ">= 0 (0 means argmax)"),
+            "audio_chunk_duration": (lambda v: v > 0, "> 0 seconds"),
+            "audio_chunk_threshold": (lambda v: v >= 0, ">= 0 seconds"),
+            "pad_duration": (lambda v: v >= 0, ">= 0 seconds"),
+            "fade_duration": (lambda v: v >= 0, ">= 0 seconds"),
+        }
+        for name, (is_valid, wanted) in rules.items():
+            value = getattr(self, name)
+            is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not is_number or not math.isfinite(value) or not is_valid(value):
+                raise UserError(f"{name} must be {wanted}, got {value!r}")
+
+    def replace(self, **changes) -> GenerationSettings:
+        """A copy with some settings changed (validated again); unknown names raise UserError."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise UserError(f"unknown generation setting(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> GenerationSettings:
+        return cls().replace(**values)

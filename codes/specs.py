@@ -1,0 +1,133 @@
+"""One declaration per ONNX sub-model: names, dtypes, symbolic shapes.
+
+The exporters, the dummy inputs, the manifest entries and the runtime's input
+checks all read these, so a shape changes in one place. A dtype of "float"
+means "the build's float type" (float32 or float16), read back from the graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Upstream constants (OmniVoiceConfig defaults, Higgs Audio V2 at 25 fps).
+NUM_CODEBOOKS = 8
+AUDIO_VOCAB_SIZE = 1025
+AUDIO_MASK_ID = 1024
+CODEBOOK_SIZE = 1024
+CODEBOOK_WEIGHTS = (8, 8, 6, 6, 4, 4, 2, 2)
+SAMPLE_RATE = 24000
+HOP_LENGTH = 960
+FRAME_RATE = SAMPLE_RATE // HOP_LENGTH  # 25 frames per second
+
+ONNX_OPSET = 17  # what the torch exporter writes; the genai graph records its own
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dtype: str  # "int64" | "bool" | "float" | "float32"
+    shape: tuple  # ints are fixed, strings are symbolic axes
+
+    def dynamic_axes(self) -> dict[int, str]:
+        return {i: d for i, d in enumerate(self.shape) if isinstance(d, str)}
+
+    def to_manifest(self, resolved_dtype: str | None = None) -> dict:
+        return {"name": self.name, "dtype": resolved_dtype or self.dtype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True)
+class SubModelSpec:
+    key: str
+    filename: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [t.name for t in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [t.name for t in self.outputs]
+
+    def dynamic_axes(self) -> dict[str, dict[int, str]]:
+        return {t.name: t.dynamic_axes() for t in (*self.inputs, *self.outputs)}
+
+    def io_config(self) -> dict:
+        """Olive's io_config for a PyTorchModel input."""
+        return {
+            "input_names": self.input_names,
+            "output_names": self.output_names,
+            "dynamic_axes": self.dynamic_axes(),
+        }
+
+
+def embeddings_spec(hidden_size: int | str = "hidden") -> SubModelSpec:
+    return SubModelSpec(
+        key="audio_embeddings_encoder",
+        filename="audio_embeddings_encoder.onnx",
+        inputs=(
+            TensorSpec("input_ids", "int64", ("batch", NUM_CODEBOOKS, "sequence")),
+            TensorSpec("audio_mask", "bool", ("batch", "sequence")),
+        ),
+        outputs=(TensorSpec("inputs_embeds", "float", ("batch", "sequence", hidden_size)),),
+    )
+
+
+def backbone_spec(hidden_size: int | str = "hidden") -> SubModelSpec:
+    return SubModelSpec(
+        key="llm_decoder",
+        filename="llm_decoder.onnx",
+        inputs=(
+            TensorSpec("inputs_embeds", "float", ("batch", "sequence", hidden_size)),
+            # True where query i may attend to key j; upstream's padded CFG mask.
+            TensorSpec("attention_mask", "bool", ("batch", 1, "sequence", "sequence")),
+        ),
+        outputs=(TensorSpec("hidden_states", "float", ("batch", "sequence", hidden_size)),),
+    )
+
+
+def heads_spec(hidden_size: int | str = "hidden") -> SubModelSpec:
+    return SubModelSpec(
+        key="audio_heads_decoder",
+        filename="audio_heads_decoder.onnx",
+        inputs=(TensorSpec("hidden_states", "float", ("batch", "sequence", hidden_size)),),
+        outputs=(TensorSpec("logits", "float", ("batch", NUM_CODEBOOKS, "sequence", AUDIO_VOCAB_SIZE)),),
+    )
+
+
+def backbone_specs(hidden_size: int | str = "hidden") -> list[SubModelSpec]:
+    return [embeddings_spec(hidden_size), backbone_spec(hidden_size), heads_spec(hidden_size)]
+
+
+# The Higgs Audio V2 codec, split where the ONNX graphs stay length-agnostic.
+HIGGS_DIR = "audio_tokenizer"
+
+ACOUSTIC_ENCODER = SubModelSpec(
+    key="acoustic_encoder",
+    filename="acoustic_encoder.onnx",
+    inputs=(TensorSpec("waveform", "float32", ("batch", 1, "samples")),),
+    outputs=(TensorSpec("acoustic_features", "float32", ("batch", "acoustic_dim", "frames")),),
+)
+SEMANTIC_ENCODER = SubModelSpec(
+    key="semantic_encoder",
+    filename="semantic_encoder.onnx",
+    inputs=(TensorSpec("waveform", "float32", ("batch", 1, "samples")),),
+    outputs=(TensorSpec("semantic_features", "float32", ("batch", "semantic_dim", "frames")),),
+)
+QUANTIZER_ENCODER = SubModelSpec(
+    key="quantizer_encoder",
+    filename="quantizer_encoder.onnx",
+    inputs=(
+        TensorSpec("acoustic_features", "float32", ("batch", "acoustic_dim", "frames")),
+        TensorSpec("semantic_features", "float32", ("batch", "semantic_dim", "frames")),
+    ),
+    outputs=(TensorSpec("audio_codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),),
+)
+HIGGS_DECODER = SubModelSpec(
+    key="higgs_decoder",
+    filename="higgs_decoder.onnx",
+    inputs=(TensorSpec("audio_codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),),
+    outputs=(TensorSpec("waveform", "float32", ("batch", 1, "samples")),),
+)
+HIGGS_SPECS = (ACOUSTIC_ENCODER, SEMANTIC_ENCODER, QUANTIZER_ENCODER, HIGGS_DECODER)

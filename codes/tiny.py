@@ -1,0 +1,115 @@
+"""Random-weight OmniVoice checkpoints in exactly upstream's layout.
+
+`tiny-random` is small enough for tests and the demo; `full-random` has the
+real shapes (Qwen3-0.6B backbone, full Higgs codec) for speed benchmarks and
+speaks noise. Both carry the real Qwen3 tokenizer with OmniVoice's tokens.
+
+A freshly initialised backbone gives nearly identical hidden states over an
+all-MASK target, so decoded codes hardly depend on the text and parity tests
+prove little (REFERENCE §6). The weights are therefore shaped on purpose:
+text embeddings with real magnitude, sharper attention through the q/k norm
+weights, stronger residual branches, and confident audio heads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .cache import cache_dir
+from .checkpoint import Checkpoint
+
+GENERATOR_VERSION = 1
+
+SIZES = {
+    "tiny": dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=128,
+    ),
+    # Qwen3-0.6B as OmniVoice uses it (REFERENCE §1).
+    "full": dict(
+        hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+        head_dim=128, intermediate_size=3072,
+    ),
+}
+TEXT_VOCAB_SIZE = 151676
+
+
+def _llm_config(size: str):
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        **SIZES[size],
+        vocab_size=TEXT_VOCAB_SIZE,
+        max_position_embeddings=40960,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        hidden_act="silu",
+    )
+
+
+def _shape_weights(model, generator) -> None:
+    """Make a random model input-dependent (see module docstring)."""
+    import torch
+
+    def normal_(tensor, std):
+        tensor.copy_(torch.randn(tensor.shape, generator=generator) * std)
+
+    hidden = model.config.llm_config.hidden_size
+    with torch.no_grad():
+        normal_(model.llm.embed_tokens.weight, 1.0)
+        normal_(model.audio_embeddings.weight, 1.0)
+        for layer in model.llm.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            attn.q_norm.weight.fill_(3.0)
+            attn.k_norm.weight.fill_(3.0)
+            normal_(attn.o_proj.weight, 1.5 / hidden**0.5)
+            normal_(mlp.down_proj.weight, 1.5 / mlp.down_proj.in_features**0.5)
+        normal_(model.audio_heads.weight, 3.0 / hidden**0.5)
+
+
+def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0) -> Path:
+    """Write config.json, model.safetensors, tokenizer files and audio_tokenizer/ into out_dir."""
+    import torch
+    from omnivoice.models.omnivoice import OmniVoice, OmniVoiceConfig
+
+    from .tiny_higgs import write_higgs_checkpoint
+    from .tokenizer_build import write_tokenizer_files
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    config = OmniVoiceConfig(llm_config=_llm_config(size).to_dict())
+    model = OmniVoice(config).eval()
+    _shape_weights(model, torch.Generator().manual_seed(seed))
+    model.save_pretrained(str(out_dir))
+    write_tokenizer_files(out_dir)
+    write_higgs_checkpoint(out_dir / "audio_tokenizer", size=size, seed=seed)
+    (out_dir / "README.md").write_text(
+        f"Random-weight OmniVoice checkpoint ({size}, seed {seed}) made by omnivoice-onnx "
+        f"generator v{GENERATOR_VERSION}. It is for tests and benchmarks: it speaks noise.\n"
+    )
+    return out_dir
+
+
+def generated_checkpoint(name: str, seed: int = 0) -> Checkpoint:
+    """`tiny-random` / `full-random`, generated once into the cache (atomically: a folder swap)."""
+    size = name.split("-")[0]
+    final = cache_dir("checkpoints") / f"{name}-v{GENERATOR_VERSION}-seed{seed}"
+    if not (final / "config.json").is_file():
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        try:
+            write_omnivoice_checkpoint(tmp, size=size, seed=seed)
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another process finished first
+                shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    identity = {"kind": name, "seed": seed, "generator_version": GENERATOR_VERSION, "path": str(final)}
+    return Checkpoint(final, identity)
+
