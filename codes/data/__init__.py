@@ -1,0 +1,16 @@
+"""Data tables carried over from upstream omnivoice (written by tools/extract_upstream_tables.py)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+DATA_DIR = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=None)
+def load_table(name: str) -> dict:
+    """The parsed `codes/data/<name>.json`; cached, so treat it as read-only."""
+    with open(DATA_DIR / f"{name}.json", encoding="utf-8") as f:
+        return json.load(f)

@@ -1,0 +1,143 @@
+"""Shared test doubles for comparing codes/ with upstream omnivoice function by function.
+
+Upstream's generation helpers are methods of the OmniVoice model; `upstream_self`
+builds a light object that carries just what a method reads, so the real
+upstream code runs without weights. `ToyModel` stands in for the network: a
+fixed seeded numpy function of (input_ids, audio_mask, attention_mask) whose
+logits depend on the whole input, so both decoders see identical logits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+warnings.filterwarnings("ignore", message="Couldn't find ffmpeg or avconv")
+
+import torch  # noqa: E402
+from omnivoice.models.omnivoice import OmniVoice  # noqa: E402
+
+from codes.specs import AUDIO_MASK_ID, AUDIO_VOCAB_SIZE, NUM_CODEBOOKS, SAMPLE_RATE  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def extraction_tool():
+    """tools/extract_upstream_tables.py as a module (it is a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("extract_upstream_tables", REPO_ROOT / "tools" / "extract_upstream_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _UpstreamSelf:
+    """Carries upstream OmniVoice's generation methods without being a torch module."""
+
+    _prepare_inference_inputs = OmniVoice._prepare_inference_inputs
+    _generate_iterative = OmniVoice._generate_iterative
+    _predict_tokens_with_scoring = OmniVoice._predict_tokens_with_scoring
+    _post_process_audio = OmniVoice._post_process_audio
+    _estimate_target_tokens = OmniVoice._estimate_target_tokens
+    _ensure_list = OmniVoice._ensure_list
+    _preprocess_all = OmniVoice._preprocess_all
+    create_voice_clone_prompt = OmniVoice.create_voice_clone_prompt
+
+    def __init__(self, **attributes):
+        self.config = SimpleNamespace(num_audio_codebook=NUM_CODEBOOKS, audio_mask_id=AUDIO_MASK_ID)
+        self.device = torch.device("cpu")
+        self.sampling_rate = SAMPLE_RATE
+        self.forward_calls = []
+        self.logits_fn = None
+        self.__dict__.update(attributes)
+
+    def __call__(self, input_ids, audio_mask, attention_mask):
+        self.forward_calls.append((input_ids.clone(), audio_mask.clone(), attention_mask.clone()))
+        logits = self.logits_fn(input_ids.numpy(), audio_mask.numpy(), attention_mask.numpy())
+        return SimpleNamespace(logits=torch.from_numpy(logits))
+
+
+def upstream_self(**attributes) -> _UpstreamSelf:
+    return _UpstreamSelf(**attributes)
+
+
+class ToyModel:
+    """logits [2B, 8, S, 1025] from a seeded embedding + one masked-attention mix + heads.
+
+    Position embeddings keep all-MASK cells apart, and continuous random
+    weights keep exact ties out, so argmax and top-k agree between torch and numpy.
+    """
+
+    def __init__(self, seed: int = 0, dim: int = 16, text_buckets: int = 4099, max_len: int = 1024):
+        rng = np.random.default_rng(seed)
+        self.text_buckets = text_buckets
+        self.text_table = rng.standard_normal((text_buckets, dim)).astype(np.float32)
+        self.audio_table = (0.5 * rng.standard_normal((NUM_CODEBOOKS * AUDIO_VOCAB_SIZE, dim))).astype(np.float32)
+        self.positions = rng.standard_normal((max_len, dim)).astype(np.float32)
+        self.heads = (2.0 * rng.standard_normal((dim, NUM_CODEBOOKS * AUDIO_VOCAB_SIZE))).astype(np.float32)
+        self.offsets = (np.arange(NUM_CODEBOOKS) * AUDIO_VOCAB_SIZE)[None, :, None]
+        self.calls = 0
+
+    def __call__(self, input_ids: np.ndarray, audio_mask: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        rows, _, seq_len = input_ids.shape
+        text = self.text_table[input_ids[:, 0, :] % self.text_buckets]
+        audio = self.audio_table[input_ids * audio_mask[:, None, :] + self.offsets].sum(axis=1)
+        hidden = np.where(audio_mask[..., None], audio, text) + self.positions[:seq_len]
+        weights = attention_mask[:, 0].astype(np.float32)
+        weights /= np.maximum(weights.sum(axis=-1, keepdims=True), 1.0)
+        hidden = np.tanh(hidden + weights @ hidden)
+        logits = (hidden @ self.heads).reshape(rows, seq_len, NUM_CODEBOOKS, AUDIO_VOCAB_SIZE)
+        return np.ascontiguousarray(logits.transpose(0, 2, 1, 3))
+
+
+class ReplayedRandLike:
+    """Stands in for torch.rand_like: values from the same seeded generator our RandomNoise uses."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.shapes = []
+
+    def __call__(self, like, *args, **kwargs):
+        self.shapes.append(tuple(like.shape))
+        return torch.from_numpy(self.rng.random(tuple(like.shape), dtype=np.float32))
+
+
+class RecordingNoise:
+    """A NoiseSource that records the shapes it was asked for."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.shapes = []
+
+    def uniform(self, shape):
+        self.shapes.append(tuple(shape))
+        return self.rng.random(shape, dtype=np.float32)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory) -> Path:
+    from codes.tokenizer_build import write_tokenizer_files
+
+    out_dir = tmp_path_factory.mktemp("omnivoice_tokenizer")
+    write_tokenizer_files(out_dir)
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def text_tokenizer(tokenizer_dir):
+    from codes.text_tokenizer import TextTokenizer
+
+    return TextTokenizer.from_dir(tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(tokenizer_dir):
+    """The same files through transformers, as upstream's `text_tokenizer` attribute."""
+    from codes.tokenizer_build import load_with_transformers
+
+    return load_with_transformers(tokenizer_dir)

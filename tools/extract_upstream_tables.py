@@ -1,0 +1,97 @@
+"""Write upstream omnivoice's data tables to codes/data/*.json.
+
+Run with the build environment (it imports omnivoice, hence torch):
+
+    python tools/extract_upstream_tables.py [--out codes/data]
+
+The runtime reads only the JSON; tests/test_*.py assert the JSON still equals
+what the installed omnivoice holds, so re-run this after upgrading omnivoice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Upstream keeps its instruct categories in this order without naming them;
+# the names appear in its conflict message ("gender, age, pitch, style, accent, dialect").
+INSTRUCT_CATEGORY_NAMES = ("gender", "age", "pitch", "style", "accent", "dialect")
+
+
+def language_table() -> dict:
+    from omnivoice.utils import lang_map
+
+    return {
+        "_source": "omnivoice/utils/lang_map.py LANG_NAME_TO_ID",
+        "name_to_id": dict(sorted(lang_map.LANG_NAME_TO_ID.items())),
+    }
+
+
+def instruct_table() -> dict:
+    from omnivoice.utils import voice_design
+
+    categories = []
+    for name, category in zip(INSTRUCT_CATEGORY_NAMES, voice_design._INSTRUCT_CATEGORIES, strict=True):
+        if isinstance(category, dict):
+            categories.append({"name": name, "en_to_zh": dict(category)})
+        else:
+            categories.append({"name": name, "items": sorted(category)})
+    return {"_source": "omnivoice/utils/voice_design.py _INSTRUCT_CATEGORIES", "categories": categories}
+
+
+def duration_table() -> dict:
+    from omnivoice.utils.duration import RuleDurationEstimator
+
+    estimator = RuleDurationEstimator()
+    return {
+        "_source": "omnivoice/utils/duration.py RuleDurationEstimator",
+        "weights": dict(estimator.weights),
+        "ranges": [[end, script] for end, script in estimator.ranges],
+    }
+
+
+def text_table() -> dict:
+    from omnivoice.models.omnivoice import _NONVERBAL_PATTERN
+    from omnivoice.utils import text
+
+    # The tag list lives only inside upstream's regex: r"\[(tag|tag|...)\]".
+    inner = re.fullmatch(r"\\\[\((.*)\)\\\]", _NONVERBAL_PATTERN.pattern)
+    if inner is None:
+        sys.exit(f"upstream's non-verbal tag pattern changed shape: {_NONVERBAL_PATTERN.pattern!r}")
+    return {
+        "_source": "omnivoice/utils/text.py and omnivoice/models/omnivoice.py _NONVERBAL_PATTERN",
+        "split_punctuation": sorted(text.SPLIT_PUNCTUATION),
+        "closing_marks": sorted(text.CLOSING_MARKS),
+        "end_punctuation": sorted(text.END_PUNCTUATION),
+        "abbreviations": sorted(text.ABBREVIATIONS),
+        "nonverbal_tags": inner.group(1).split("|"),
+    }
+
+
+TABLES = {
+    "languages": language_table,
+    "instruct": instruct_table,
+    "duration_weights": duration_table,
+    "text_rules": text_table,
+}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "codes" / "data")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, build in TABLES.items():
+        path = args.out / f"{name}.json"
+        path.write_text(json.dumps(build(), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
