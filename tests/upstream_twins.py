@@ -78,21 +78,20 @@ class ToyModel:
         self.text_table = rng.standard_normal((text_buckets, dim)).astype(np.float32)
         self.audio_table = (0.5 * rng.standard_normal((NUM_CODEBOOKS * AUDIO_VOCAB_SIZE, dim))).astype(np.float32)
         self.positions = rng.standard_normal((max_len, dim)).astype(np.float32)
-        self.heads = (2.0 * rng.standard_normal((dim, NUM_CODEBOOKS * AUDIO_VOCAB_SIZE))).astype(np.float32)
+        self.heads = (2.0 * rng.standard_normal((NUM_CODEBOOKS, dim, AUDIO_VOCAB_SIZE))).astype(np.float32)
         self.offsets = (np.arange(NUM_CODEBOOKS) * AUDIO_VOCAB_SIZE)[None, :, None]
         self.calls = 0
 
     def __call__(self, input_ids: np.ndarray, audio_mask: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         self.calls += 1
-        rows, _, seq_len = input_ids.shape
+        seq_len = input_ids.shape[-1]
         text = self.text_table[input_ids[:, 0, :] % self.text_buckets]
         audio = self.audio_table[input_ids * audio_mask[:, None, :] + self.offsets].sum(axis=1)
         hidden = np.where(audio_mask[..., None], audio, text) + self.positions[:seq_len]
         weights = attention_mask[:, 0].astype(np.float32)
         weights /= np.maximum(weights.sum(axis=-1, keepdims=True), 1.0)
         hidden = np.tanh(hidden + weights @ hidden)
-        logits = (hidden @ self.heads).reshape(rows, seq_len, NUM_CODEBOOKS, AUDIO_VOCAB_SIZE)
-        return np.ascontiguousarray(logits.transpose(0, 2, 1, 3))
+        return np.matmul(hidden[:, None], self.heads[None])  # [rows, 8, S, 1025]
 
 
 class ReplayedRandLike:
