@@ -93,21 +93,33 @@ def load_prepared_higgs(source_dir: str):
 # --- the four graphs -----------------------------------------------------------------
 
 
+def _whole_hops(waveform):
+    """The waveform viewed through [B, frames, hop]: every later length becomes linear in
+    `frames` for shape inference (nested floor() lengths cost the fp16 pass's symbolic
+    shape inference ~10 s per graph), and a partial hop fails loudly instead of silently."""
+    batch = waveform.shape[0]
+    frames = waveform.shape[-1] // HOP_LENGTH
+    return waveform.reshape(batch, frames, HOP_LENGTH).reshape(batch, 1, frames * HOP_LENGTH)
+
+
 class AcousticEncoder(nn.Module):
     def __init__(self, codec):
         super().__init__()
         self.encoder = codec.acoustic_encoder
 
     def forward(self, waveform):
-        return self.encoder(waveform)
+        return self.encoder(_whole_hops(waveform))
 
 
 class SincResampler(nn.Module):
-    """torchaudio's sinc resampler with a length-agnostic output slice.
+    """torchaudio's sinc resampler (its own kernel, from `transforms.Resample`) for inputs
+    whose length is a multiple of the rate ratio's numerator (3 for 24->16 kHz; whole
+    hops always are).
 
-    The kernel is torchaudio's own (`transforms.Resample`); only the final trim to
-    ceil(N * new / orig) is written with tensor shape arithmetic, so the exported graph
-    follows the input length instead of baking in the traced one."""
+    torchaudio pads (width, width + orig), convolves, then trims to ceil(N * new / orig)
+    with Python arithmetic on the traced length. For such lengths a right pad of `width`
+    yields exactly the kept samples, so the graph needs no length arithmetic at all (a
+    symbolic trim also costs the fp16 pass's sympy shape inference ~15 s)."""
 
     def __init__(self, orig_freq: int, new_freq: int):
         super().__init__()
@@ -117,16 +129,11 @@ class SincResampler(nn.Module):
         self.register_buffer("kernel", reference.kernel.clone(), persistent=False)
         self.width = int(reference.width)
         self.orig = int(reference.orig_freq) // int(reference.gcd)
-        self.new = int(reference.new_freq) // int(reference.gcd)
 
-    def forward(self, waveform):  # [B, N] -> [B, ceil(N * new / orig)]
-        batch = waveform.shape[0]
-        length = waveform.shape[-1]
-        padded = nn.functional.pad(waveform, (self.width, self.width + self.orig))
+    def forward(self, waveform):  # [B, N] -> [B, N * new / orig]
+        padded = nn.functional.pad(waveform, (self.width, self.width))
         resampled = nn.functional.conv1d(padded[:, None], self.kernel, stride=self.orig)
-        resampled = resampled.transpose(1, 2).reshape(batch, -1)
-        target = (length * self.new + self.orig - 1) // self.orig
-        return resampled[:, :target]
+        return resampled.transpose(1, 2).reshape(waveform.shape[0], -1)
 
 
 class SemanticEncoder(nn.Module):
@@ -139,7 +146,7 @@ class SemanticEncoder(nn.Module):
         self.encoder = codec.encoder_semantic
 
     def forward(self, waveform):
-        audio_16k = self.resample(waveform[:, 0, :])
+        audio_16k = self.resample(_whole_hops(waveform)[:, 0, :])
         audio_16k = nn.functional.pad(audio_16k, (SEMANTIC_PAD, SEMANTIC_PAD))
         hidden_states = self.hubert(audio_16k, output_hidden_states=True).hidden_states
         features = torch.stack(hidden_states, dim=1).mean(dim=1)
