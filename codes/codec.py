@@ -126,15 +126,14 @@ class HiggsCodec:
 
     def check_codes(self, codes) -> np.ndarray:
         """Codes as int64 [B, 8, T]; [8, T] is taken as one clip."""
-        codes = np.asarray(codes)
-        if codes.dtype.kind not in "iu":
-            raise UserError(f"codes must be integers, got dtype {codes.dtype}")
-        if codes.ndim == 2:
-            codes = codes[None]
+        given = np.asarray(codes)
+        if given.dtype.kind not in "iu":
+            raise UserError(f"codes must be integers, got dtype {given.dtype}")
+        codes = given[None] if given.ndim == 2 else given
         if codes.ndim != 3 or codes.shape[1] != self.num_codebooks or codes.shape[2] == 0 or codes.shape[0] == 0:
             raise UserError(
                 f"codes must have shape [{self.num_codebooks}, frames] or [batch, {self.num_codebooks}, frames] "
-                f"with frames >= 1, got {list(codes.shape)}"
+                f"with frames >= 1, got {list(given.shape)}"
             )
         low, high = int(codes.min()), int(codes.max())
         if low < 0 or high >= self.codebook_size:
@@ -162,3 +161,64 @@ class HiggsCodec:
             for i, wav in zip(members, decoded):
                 audio[i] = wav
         return audio
+
+
+# --- files -------------------------------------------------------------------------
+
+
+def check_output_path(path, what: str) -> Path:
+    """Fail before any compute if `path` cannot be written (missing folder, a folder
+    in the way, no permission, or an audio extension soundfile cannot write)."""
+    import os
+
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UserError(f"{what} {path} is a folder; give a file name")
+    if not parent.is_dir():
+        raise UserError(f"cannot write {what} {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"cannot write {what} {path}: folder {parent} is not writable")
+    return path
+
+
+def check_audio_output_path(path) -> Path:
+    import soundfile
+
+    path = check_output_path(path, "audio output")
+    formats = soundfile.available_formats()
+    if path.suffix[1:].upper() not in formats:
+        raise UserError(f"audio output {path} needs an extension soundfile writes (.wav, .flac, .ogg), got {path.suffix!r}")
+    return path
+
+
+def write_audio(path, wav: np.ndarray, sample_rate: int) -> None:
+    """Write a waveform atomically: the file is complete or absent."""
+    import soundfile
+
+    from .fileio import atomic_path
+
+    with atomic_path(path) as tmp:
+        soundfile.write(str(tmp), np.asarray(wav, dtype=np.float32), sample_rate)
+
+
+def save_codes(path, codes: np.ndarray) -> None:
+    from .fileio import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, np.asarray(codes, dtype=np.int64), allow_pickle=False)
+
+
+def load_codes(path) -> np.ndarray:
+    """A codes array from a .npy file; its shape, dtype and range are checked by HiggsCodec."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"codes file not found: {path}")
+    with open(path, "rb") as f:
+        if f.read(6) != b"\x93NUMPY":
+            raise UserError(f"codes file {path} is not a .npy file; write codes with numpy.save or --codes_out")
+    try:
+        return np.load(path, allow_pickle=False)
+    except Exception as exc:  # numpy raises ValueError/OSError/EOFError for foreign files
+        raise UserError(f"cannot read codes file {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; "
+                        "it must be a .npy array written by numpy.save") from None
