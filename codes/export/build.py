@@ -177,7 +177,7 @@ def _model_facts(config: dict) -> dict:
 
 
 def _describe(request: BuildRequest) -> dict:
-    from ..decoding import GenerationSettings
+    from ..settings import GenerationSettings
 
     profile = request.profile
     ckpt_id = request.checkpoint.identity

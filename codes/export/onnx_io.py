@@ -16,7 +16,11 @@ def _initializer_bytes(model: onnx.ModelProto) -> int:
 
 def save_model(source: Path | onnx.ModelProto, final: Path) -> Path:
     """Write `final` (and `final.name + '.data'` when large) with relative external-data paths."""
+    from onnxruntime.transformers.onnx_model import OnnxModel
+
     model = source if isinstance(source, onnx.ModelProto) else onnx.load(str(source))
+    # Olive's fp16 pass appends its input Casts at the end; ORT copes, the ONNX checker does not.
+    OnnxModel(model).topological_sort()
     final = Path(final)
     data_file = final.with_name(final.name + ".data")
     # onnx.save appends to an existing .data file (REFERENCE §7): start clean.

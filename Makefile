@@ -1,0 +1,25 @@
+# Two commands for a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+DEMO   := models/demo-cpu
+
+.PHONY: setup demo test clean
+
+$(STAMP): requirements.txt requirements-runtime.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(PY) optimize.py --model tiny-random --device cpu --include-higgs --output $(DEMO) --overwrite
+	$(PY) eval.py --mode equiv --model_dir $(DEMO)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+clean:
+	rm -rf models .cache demo.wav

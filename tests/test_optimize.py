@@ -1,0 +1,250 @@
+"""optimize.py: every profile builds, the manifest is the contract, bad input fails cleanly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from codes.errors import UserError
+from codes.manifest import MANIFEST_NAME, hash_files, read_manifest
+from conftest import last_error_line, run_script
+
+PROFILES = ("cpu_fp32", "cpu", "cpu_fp16", "gpu")
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_profile_builds_a_valid_bidirectional_folder(builds, profile):
+    folder = builds.get(profile)
+    manifest = read_manifest(folder)  # verifies every sha256
+    data = manifest.data
+    assert data["profile"] == profile
+    assert data["attention"] == "bidirectional"
+    assert data["llm_build"] == "genai"
+    assert data["decoding_defaults"]["num_step"] == 32
+    assert data["audio"]["mask_id"] == 1024 and data["audio"]["codebook_weights"] == [8, 8, 6, 6, 4, 4, 2, 2]
+    assert data["tokenizer"]["special_tokens"]["<|text_start|>"] == 151674
+    for key in ("audio_embeddings_encoder", "llm_decoder", "audio_heads_decoder"):
+        path = manifest.path_of(key)
+        if manifest.sub_models[key]["built_with"] != "genai":
+            onnx.checker.check_model(str(path))
+        # The genai graph uses ORT ops in the default domain (SimplifiedLayerNormalization) that the
+        # ONNX checker does not know; ONNX Runtime loading it is the check that means something.
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        assert manifest.sub_models[key]["precision"] in ("fp32", "fp16", "int4")
+    llm_inputs = {i["name"]: i for i in manifest.sub_models["llm_decoder"]["inputs"]}
+    assert llm_inputs["attention_mask"]["dtype"] == "bool" and len(llm_inputs["attention_mask"]["shape"]) == 4
+    # Portable: nothing in the manifest points outside the folder.
+    assert str(folder) not in json.dumps({k: v for k, v in data.items() if k != "source"})
+
+
+def test_gpu_profile_is_fp16_for_cuda(builds):
+    data = read_manifest(builds.get("gpu")).data
+    assert data["execution_provider"] == "CUDAExecutionProvider"
+    assert data["precision"] == {"llm": "fp16", "audio": "fp16"}
+    llm_inputs = {i["name"]: i for i in data["sub_models"]["llm_decoder"]["inputs"]}
+    assert llm_inputs["inputs_embeds"]["dtype"] == "float16"
+    if "CUDAExecutionProvider" in ort.get_available_providers():  # where a GPU exists, run it there too
+        result = run_script("eval.py", "--mode", "equiv", "--model_dir", builds.get("gpu"), "--provider", "cuda")
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_int4_profile_quantizes_weights(builds):
+    sizes = {p: read_manifest(builds.get(p)).sub_models for p in ("cpu_fp32", "cpu")}
+    for key in ("audio_embeddings_encoder", "audio_heads_decoder"):
+        assert sizes["cpu"][key]["size_bytes"] < 0.5 * sizes["cpu_fp32"][key]["size_bytes"], key
+
+    def ops(name):
+        return {n.op_type for n in onnx.load(str(builds.get("cpu") / name)).graph.node}
+
+    assert "GatherBlockQuantized" in ops("audio_embeddings_encoder.onnx")
+    assert "MatMulNBits" in ops("audio_heads_decoder.onnx")
+    # The tiny backbone's size is mostly its rotary tables, so check the kernels instead.
+    assert "MatMulNBits" in ops("llm_decoder.onnx") and "MatMul" not in ops("llm_decoder.onnx")
+
+
+@pytest.mark.parametrize("extra", [(), ("--llm-export", "torch")], ids=["genai", "torch"])
+def test_fp32_build_is_equivalent_to_upstream(builds, extra):
+    result = run_script("eval.py", "--mode", "equiv", "--model_dir", builds.get("cpu_fp32", *extra))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "FAIL" not in result.stdout
+    assert "llm_decoder hidden (padded CFG batch)" in result.stdout and "bidirectional:" in result.stdout
+
+
+def test_int4_build_is_reported_with_argmax_agreement(builds):
+    result = run_script("eval.py", "--mode", "equiv", "--model_dir", builds.get("cpu"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = next(line for line in result.stdout.splitlines() if line.startswith("end to end logits"))
+    assert "int4/int4" in row and "%" in row
+
+
+def test_probe_fails_on_an_unpatched_genai_build(tiny_checkpoint, tmp_path):
+    from codes.checkpoint import load_omnivoice
+    from codes.export.llm_genai import build_genai_causal, write_standalone_llm
+
+    hf_dir = write_standalone_llm(load_omnivoice(tiny_checkpoint.path), tmp_path / "hf")
+    causal = build_genai_causal(hf_dir, tmp_path / "foreign", "fp32", "cpu")
+    causal.rename(causal.with_name("llm_decoder.onnx"))
+    result = run_script("eval.py", "--mode", "equiv", "--model_dir", tmp_path / "foreign")
+    assert result.returncode == 1
+    assert "CAUSAL" in result.stdout and "FAIL" in result.stdout
+
+
+def test_probe_passes_on_our_backbone_graph(builds):
+    from codes.probe import probe_bidirectional
+    from codes.sessions import BackboneRunner, make_session
+
+    result = probe_bidirectional(BackboneRunner(make_session(builds.get("cpu") / "llm_decoder.onnx")))
+    assert result.bidirectional and result.max_change_before_last > 1e-3
+
+
+def test_manifest_hashes_cover_every_file_and_catch_changes(builds, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(builds.get("cpu_fp32"), folder)
+    manifest = read_manifest(folder)
+    on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - {MANIFEST_NAME}
+    assert set(manifest.data["files"]) == on_disk
+    assert hash_files(folder) == manifest.data["files"]
+    with open(folder / "audio_heads_decoder.onnx", "r+b") as f:
+        f.seek(-8, 2)
+        f.write(b"\x00" * 8)
+    with pytest.raises(UserError, match="sha256"):
+        read_manifest(folder)
+
+
+def test_checkpoint_saved_by_upstream_save_pretrained_builds(tiny_checkpoint, tmp_path):
+    """A checkpoint written by upstream's own classes (default init, other sizes) builds and matches."""
+    import torch
+    from omnivoice.models.omnivoice import OmniVoice, OmniVoiceConfig
+    from transformers import Qwen3Config
+
+    from codes.tokenizer_build import write_tokenizer_files
+
+    torch.manual_seed(1)
+    llm = Qwen3Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                      head_dim=16, intermediate_size=64, vocab_size=151676)
+    ckpt = tmp_path / "upstream_ckpt"
+    OmniVoice(OmniVoiceConfig(llm_config=llm.to_dict())).save_pretrained(str(ckpt))
+    write_tokenizer_files(ckpt)
+    shutil.copytree(tiny_checkpoint.higgs_path, ckpt / "audio_tokenizer")
+    out = tmp_path / "build"
+    run_script("optimize.py", "--model", ckpt, "--device", "cpu_fp32", "--output", out, check=True)
+    assert read_manifest(out).data["source"]["path"] == str(ckpt.resolve())
+    result = run_script("eval.py", "--mode", "equiv", "--model_dir", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_cached_hub_id_resolves_offline(tiny_checkpoint, tmp_path):
+    """A hub id is looked up in the local Hugging Face cache only."""
+    snapshot = tmp_path / "hub" / "models--k2-fsa--OmniVoice" / "snapshots" / "0123abcd"
+    shutil.copytree(tiny_checkpoint.path, snapshot)
+    (tmp_path / "hub" / "models--k2-fsa--OmniVoice" / "refs").mkdir()
+    (tmp_path / "hub" / "models--k2-fsa--OmniVoice" / "refs" / "main").write_text("0123abcd")
+    code = ("from codes.checkpoint import resolve_checkpoint; c = resolve_checkpoint('k2-fsa/OmniVoice'); "
+            "print(c.path, c.identity['kind'], c.identity['revision'])")
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**__import__("os").environ, "HF_HUB_CACHE": str(tmp_path / "hub")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(snapshot), "hub", "0123abcd"]
+
+
+# --- bad input: one line, non-zero exit, nothing half-written -----------------------------------
+
+
+def test_uncached_hub_id_says_to_pass_a_folder(tmp_path):
+    result = run_script("optimize.py", "--model", "k2-fsa/OmniVoice", "--output", tmp_path / "out",
+                        env={"HF_HUB_CACHE": str(tmp_path / "empty-cache")})
+    assert result.returncode == 2
+    assert "local Hugging Face cache" in last_error_line(result) and "--model DIR" in last_error_line(result)
+    assert not (tmp_path / "out").exists()
+
+
+def test_incomplete_checkpoint_names_the_missing_file(tiny_checkpoint, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint.path, ckpt)
+    (ckpt / "model.safetensors").unlink()
+    result = run_script("optimize.py", "--model", ckpt, "--output", tmp_path / "out")
+    assert result.returncode == 2
+    assert last_error_line(result).startswith("error:") and "model.safetensors" in last_error_line(result)
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_checkpoint_folder_and_unknown_profile(tmp_path):
+    result = run_script("optimize.py", "--model", tmp_path / "nowhere", "--output", tmp_path / "out")
+    assert result.returncode == 2 and "no such folder" in last_error_line(result)
+    result = run_script("optimize.py", "--model", "tiny-random", "--device", "tpu", "--output", tmp_path / "out")
+    assert result.returncode == 2 and "unknown profile" in last_error_line(result) and "cpu_fp32" in last_error_line(result)
+
+
+def test_existing_build_needs_overwrite(builds, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(builds.get("cpu_fp32"), out)
+    before = read_manifest(out).data["files"]
+    result = run_script("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", out)
+    assert result.returncode == 2 and "--overwrite" in last_error_line(result)
+    assert read_manifest(out).data["files"] == before
+    # Re-running with --overwrite replaces it, and leaves no staging folders behind.
+    run_script("optimize.py", "--model", "tiny-random", "--device", "cpu", "--output", out, "--overwrite", check=True)
+    assert read_manifest(out).data["profile"] == "cpu"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_interrupted_build_leaves_the_old_build_intact(builds, tiny_checkpoint, tmp_path, monkeypatch):
+    from codes.export import build as build_module
+    from codes.profiles import get_profile
+
+    out = tmp_path / "out"
+    shutil.copytree(builds.get("cpu_fp32"), out)
+    before = read_manifest(out).data["files"]
+    real_export = build_module.olive_export
+
+    def export_then_die(spec, *args, **kwargs):
+        if spec.key == "audio_heads_decoder":
+            raise KeyboardInterrupt
+        return real_export(spec, *args, **kwargs)
+
+    monkeypatch.setattr(build_module, "olive_export", export_then_die)
+    request = build_module.BuildRequest(tiny_checkpoint, get_profile("cpu"), out, overwrite=True)
+    with pytest.raises(KeyboardInterrupt):
+        build_module.build(request)
+    assert read_manifest(out).data["files"] == before  # still the old, complete build
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_generated_checkpoint_is_input_dependent(tiny_checkpoint):
+    """REFERENCE §6: codes from a test model must depend on the text, vary, and not sit on a knife edge."""
+    import torch
+    from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
+
+    model = OmniVoice.from_pretrained(str(tiny_checkpoint.path), attn_implementation="sdpa").eval()
+    config = OmniVoiceGenerationConfig(position_temperature=0.0, class_temperature=0.0)
+    task = model._preprocess_all(text=["The weather is lovely today.", "Quantum chromodynamics!"],
+                                 language="en", duration=1.6)
+    with torch.no_grad():
+        first, second = model._generate_iterative(task, config)
+    assert (first != second).float().mean() > 0.3  # the text matters
+    # Codes vary along time (the first codebooks, revealed while all else is MASK, vary least).
+    assert sum(len(torch.unique(codebook)) >= 3 for codebook in first) >= 6
+
+    generator = torch.Generator().manual_seed(0)
+
+    def jitter(module, inputs):  # ~1e-5 relative noise on the heads' input
+        (hidden,) = inputs
+        return (hidden * (1 + 1e-5 * torch.randn(hidden.shape, generator=generator)),)
+
+    handle = model.audio_heads.register_forward_pre_hook(jitter)
+    try:
+        with torch.no_grad():
+            jittered = model._generate_iterative(task, config)
+    finally:
+        handle.remove()
+    assert torch.equal(jittered[0], first) and torch.equal(jittered[1], second)  # no near-ties decide codes
