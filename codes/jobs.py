@@ -1,0 +1,98 @@
+"""What inference.py is asked to do: utterances from --text, --text_file or --jsonl, and where each goes.
+
+Every output path is checked before any compute, and every file is written
+under a temporary name and renamed, so a failure never leaves a partial WAV.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import UserError
+from .fileio import atomic_path
+
+JOB_KEYS = {"text", "output", "language", "instruct", "duration", "speed"}
+
+
+@dataclass
+class Job:
+    text: str
+    output: Path
+    language: str | None = None
+    instruct: str | None = None
+    duration: float | None = None
+    speed: float | None = None
+
+
+def check_writable(path: Path) -> None:
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise UserError(f"cannot write {path}: folder {folder} does not exist; create it or choose another --output")
+    if not os.access(folder, os.W_OK):
+        raise UserError(f"cannot write {path}: folder {folder} is not writable; choose another --output")
+    if path.is_dir():
+        raise UserError(f"cannot write {path}: it is a folder; give a file name such as out.wav")
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {path} ({type(exc).__name__}); pass a UTF-8 text file") from None
+
+
+def _output_folder(output: Path) -> Path:
+    if output.suffix.lower() == ".wav":
+        raise UserError(f"--output {output} looks like a file; with --text_file/--jsonl pass a folder for the WAVs")
+    output.mkdir(parents=True, exist_ok=True)
+    return output
+
+
+def jobs_from_text_file(path: Path, output: Path) -> list[Job]:
+    folder = _output_folder(output)
+    texts = [line.strip() for line in _read_lines(path)]
+    texts = [t for t in texts if t]
+    if not texts:
+        raise UserError(f"{path} holds no text; put one utterance per line")
+    return [Job(text, folder / f"{i:04d}.wav") for i, text in enumerate(texts, 1)]
+
+
+def jobs_from_jsonl(path: Path, output: Path) -> list[Job]:
+    """One JSON object per line: {"text": ..., "output"?: "name.wav", "language"?, "instruct"?, "duration"?, "speed"?}."""
+    folder = _output_folder(output)
+    jobs = []
+    for number, line in enumerate(_read_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise UserError(f"{path} line {number} is not valid JSON ({exc.msg}); write one object per line") from None
+        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            raise UserError(f'{path} line {number} needs an object with a "text" string')
+        unknown = sorted(set(record) - JOB_KEYS)
+        if unknown:
+            raise UserError(f"{path} line {number} has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(JOB_KEYS))}")
+        name = record.pop("output", None) or f"{len(jobs) + 1:04d}.wav"
+        jobs.append(Job(output=folder / name, **record))
+    if not jobs:
+        raise UserError(f"{path} holds no utterances; write one JSON object per line")
+    return jobs
+
+
+def write_wav(path: Path, wav: np.ndarray, sample_rate: int, float_wav: bool = False) -> None:
+    import soundfile as sf
+
+    with atomic_path(path, suffix=".wav") as tmp:
+        sf.write(str(tmp), wav, sample_rate, subtype="FLOAT" if float_wav else "PCM_16", format="WAV")
+
+
+def write_npy(path: Path, array: np.ndarray) -> None:
+    with atomic_path(path, suffix=".npy") as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, array)

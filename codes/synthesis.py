@@ -1,0 +1,259 @@
+"""OmniVoiceOnnx: upstream's whole generation contract over ONNX Runtime and numpy. No torch.
+
+    tts = OmniVoiceOnnx("models/omnivoice-cpu")
+    audio = tts.generate("Hello there.", language="en")      # float32, 24 kHz
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import audio as audio_ops
+from .decoding import NoiseSource, RandomNoise, iterative_decode
+from .duration import estimate_target_tokens, resolve_target_len
+from .errors import UserError
+from .fileio import atomic_path
+from .manifest import read_manifest
+from .prompt import build_cfg_batch, build_prompt, check_ref_codes
+from .sessions import BackboneRunner, make_session, providers_for
+from .settings import GenerationSettings
+from .specs import FRAME_RATE, SAMPLE_RATE
+from .text import add_punctuation, chunk_long_text, contains_chinese
+from .text_tokenizer import TextTokenizer
+from .voice_design import resolve_instruct, resolve_language
+
+logger = logging.getLogger(__name__)
+
+VOICE_FORMAT_VERSION = 1
+
+
+@dataclass
+class Voice:
+    """A reusable clone prompt (upstream's VoiceClonePrompt): reference codes, transcript and RMS."""
+
+    codes: np.ndarray  # [8, T_ref] int64
+    text: str
+    rms: float
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        with atomic_path(path, suffix=".npz") as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, codes=self.codes, text=np.array(self.text), rms=np.array(self.rms),
+                         format_version=np.array(VOICE_FORMAT_VERSION))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Voice:
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                if int(data["format_version"]) != VOICE_FORMAT_VERSION:
+                    raise UserError(f"{path} is a voice file of another format version; save it again with --save_voice")
+                return cls(check_ref_codes(data["codes"]), str(data["text"]), float(data["rms"]))
+        except (OSError, ValueError, KeyError) as exc:
+            raise UserError(f"cannot read voice file {path} ({type(exc).__name__}); save one with --save_voice") from None
+
+
+@dataclass
+class Request:
+    """One utterance, settled: resolved language and instruct, optional voice, target length."""
+
+    text: str
+    lang: str | None
+    instruct: str | None
+    voice: Voice | None
+    target_len: int
+    speed: float
+
+
+class OmniVoiceOnnx:
+    def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str = "cpu",
+                 threads: int | None = None):
+        self.manifest = read_manifest(model_dir)
+        if self.manifest.attention != "bidirectional":
+            raise UserError(
+                f"{model_dir} holds a {self.manifest.attention} backbone; OmniVoice needs a bidirectional one: "
+                "rebuild it with optimize.py"
+            )
+        self.provider, self.threads = provider, threads
+        self.embeddings = make_session(self.manifest.path_of("audio_embeddings_encoder"), provider, threads)
+        self.backbone = BackboneRunner(make_session(self.manifest.path_of("llm_decoder"), provider, threads))
+        if self.backbone.signature != "mask4d":
+            raise UserError(
+                f"{self.manifest.path_of('llm_decoder')} takes only a 2-D mask, so it is causal; "
+                "rebuild the backbone with optimize.py"
+            )
+        self.heads = make_session(self.manifest.path_of("audio_heads_decoder"), provider, threads)
+        self.tokenizer = TextTokenizer.from_dir(self.manifest.folder)
+        self.defaults = GenerationSettings.from_dict(self.manifest.data.get("decoding_defaults", {}))
+        self._higgs_dir = Path(higgs_dir) if higgs_dir else None
+        self._codec = None
+        self.sample_rate = SAMPLE_RATE
+
+    # --- the codec, loaded on first use (code-only generation never needs it) -----------------
+
+    @property
+    def codec(self):
+        if self._codec is None:
+            from .codec import HiggsCodec
+
+            if self._higgs_dir is not None:
+                higgs = read_manifest(self._higgs_dir)
+                folder, section = higgs.higgs_folder(), higgs.higgs
+            else:
+                folder, section = self.manifest.higgs_folder(), self.manifest.higgs
+            self._codec = HiggsCodec(folder, section, providers=providers_for(self.provider), threads=self.threads)
+        return self._codec
+
+    # --- one forward: embeddings -> backbone -> heads ------------------------------------------
+
+    def logits(self, input_ids: np.ndarray, audio_mask: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        embeds = self.embeddings.run(None, {"input_ids": input_ids, "audio_mask": audio_mask})[0]
+        hidden = self.backbone(embeds, attention_mask)
+        return self.heads.run(None, {"hidden_states": hidden})[0]
+
+    # --- voices ----------------------------------------------------------------------------------
+
+    def create_voice(self, ref_audio, ref_text: str | None, preprocess_prompt: bool = True) -> Voice:
+        """Reference audio (a path or (waveform, sample_rate)) + transcript -> a reusable Voice."""
+        if not ref_text or not ref_text.strip():
+            raise UserError("a reference clip needs its transcript (--ref_text): offline transcription is not available")
+        if isinstance(ref_audio, (str, Path)):
+            wav, rate = audio_ops.read_audio(ref_audio)
+        else:
+            wav, rate = ref_audio
+        wav, ref_rms = audio_ops.preprocess_reference(np.asarray(wav, dtype=np.float32), rate, preprocess_prompt)
+        codes = self.codec.encode(wav, SAMPLE_RATE)
+        return Voice(codes, add_punctuation(ref_text) if preprocess_prompt else ref_text, ref_rms)
+
+    # --- generation ------------------------------------------------------------------------------
+
+    def settle(self, texts: Sequence[str], language=None, instruct=None, voice: Voice | None = None,
+               duration=None, speed=None, num_frames=None) -> list[Request]:
+        """Per-item requests as upstream's `_preprocess_all`: languages, instructs, target lengths."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if not texts:
+            raise UserError("no text to synthesize")
+        for text in texts:
+            if not isinstance(text, str) or not text.strip():
+                raise UserError("text is empty; give at least one word to synthesize")
+        count = len(texts)
+        languages, instructs = _per_item(language, count, "language"), _per_item(instruct, count, "instruct")
+        durations, speeds = _per_item(duration, count, "duration"), _per_item(speed, count, "speed")
+        frames = _per_item(num_frames, count, "num_frames")
+        requests = []
+        for text, lang, inst, dur, spd, n_frames in zip(texts, languages, instructs, durations, speeds, frames):
+            if dur is not None and not dur > 0:
+                raise UserError(f"duration must be > 0 seconds, got {dur}")
+            if spd is not None and not spd > 0:
+                raise UserError(f"speed must be > 0, got {spd}")
+            ref_frames = voice.codes.shape[1] if voice else None
+            target_len, item_speed = resolve_target_len(text, voice.text if voice else None, ref_frames, spd, dur)
+            if n_frames is not None:  # an exact frame count, as duration does in seconds
+                if not n_frames >= 1:
+                    raise UserError(f"the number of audio tokens must be >= 1, got {n_frames}")
+                plain = estimate_target_tokens(text, voice.text if voice else None, ref_frames)
+                target_len, item_speed = int(n_frames), plain / int(n_frames)
+            requests.append(Request(text, resolve_language(lang), resolve_instruct(inst, use_zh=contains_chinese(text)),
+                                    voice, target_len, item_speed))
+        return requests
+
+    def generate_codes(self, requests: list[Request], settings: GenerationSettings,
+                       noise: NoiseSource | None = None,
+                       on_step: Callable[[int, int], None] | None = None) -> list[list[np.ndarray]]:
+        """Codes for each request: a list of [8, T] chunks (one unless the text is long)."""
+        noise = noise if noise is not None else RandomNoise()
+        threshold = int(settings.audio_chunk_threshold * FRAME_RATE)
+        results: list[list[np.ndarray] | None] = [None] * len(requests)
+        short = [i for i, r in enumerate(requests) if r.target_len <= threshold]
+        long = [i for i, r in enumerate(requests) if r.target_len > threshold]
+        if short:
+            codes = self._decode_batch([requests[i] for i in short], settings, noise, on_step)
+            for i, item_codes in zip(short, codes):
+                results[i] = [item_codes]
+        if long:
+            for i, chunks in zip(long, self._decode_chunked([requests[i] for i in long], settings, noise, on_step)):
+                results[i] = chunks
+        return results
+
+    def _decode_batch(self, requests: list[Request], settings, noise, on_step) -> list[np.ndarray]:
+        items = [
+            build_prompt(self.tokenizer, r.text, r.target_len,
+                         ref_text=r.voice.text if r.voice else None,
+                         ref_codes=r.voice.codes if r.voice else None,
+                         lang=r.lang, instruct=r.instruct, denoise=settings.denoise)
+            for r in requests
+        ]
+        target_lens = [r.target_len for r in requests]
+        batch = build_cfg_batch(items, target_lens)
+        return iterative_decode(batch, target_lens, self.logits, settings, noise, on_step)
+
+    def _decode_chunked(self, requests: list[Request], settings, noise, on_step) -> list[list[np.ndarray]]:
+        """Upstream's `_generate_chunked`: chunks at punctuation, batched across items per chunk index.
+
+        Without a voice, every later chunk uses the item's first chunk (text and codes) as its
+        reference, so the speaker stays the same.
+        """
+        chunk_texts = [chunk_long_text(r.text, r.target_len, settings.audio_chunk_duration, FRAME_RATE)
+                       for r in requests]
+        with_voice = [r.voice is not None for r in requests]
+        if any(with_voice) and not all(with_voice):
+            raise UserError("long texts in one batch must all have a reference voice or none")
+        results: list[list[np.ndarray]] = [[] for _ in requests]
+        first_chunk: dict[int, Voice] = {}
+        for chunk_index in range(max(len(c) for c in chunk_texts)):
+            indices = [i for i, chunks in enumerate(chunk_texts) if chunk_index < len(chunks)]
+            sub = []
+            for i in indices:
+                voice = requests[i].voice or first_chunk.get(i)
+                text = chunk_texts[i][chunk_index]
+                target_len = estimate_target_tokens(text, voice.text if voice else None,
+                                                    voice.codes.shape[1] if voice else None, requests[i].speed)
+                sub.append(Request(text, requests[i].lang, requests[i].instruct, voice, target_len, requests[i].speed))
+            for i, codes in zip(indices, self._decode_batch(sub, settings, noise, on_step)):
+                results[i].append(codes)
+                if chunk_index == 0 and requests[i].voice is None:
+                    # rms None: the first chunk's loudness is not a reference level.
+                    first_chunk[i] = Voice(codes, chunk_texts[i][0], None)
+        return results
+
+    def decode(self, chunks: list[np.ndarray], ref_rms: float | None, settings: GenerationSettings) -> np.ndarray:
+        """Codes -> post-processed 24 kHz audio, as upstream's `_decode_and_post_process`."""
+        pieces = [self.codec.decode(codes) for codes in chunks]
+        wav = audio_ops.cross_fade_chunks(pieces, SAMPLE_RATE)
+        return audio_ops.post_process(wav, ref_rms, settings, SAMPLE_RATE).astype(np.float32)
+
+    def generate(self, text, language=None, instruct=None, ref_audio=None, ref_text=None, voice: Voice | None = None,
+                 duration=None, speed=None, num_frames=None, seed: int | None = None, noise: NoiseSource | None = None,
+                 return_codes: bool = False, on_step=None, **settings_overrides):
+        """Speech for one text (an array) or a list of texts (a list of arrays), float32 at 24 kHz.
+
+        Settings (num_step, guidance_scale, t_shift, layer_penalty_factor, position_temperature,
+        class_temperature, denoise, postprocess_output, ...) default to the manifest's.
+        With return_codes, returns (audio, codes) where codes are [8, T] per item.
+        """
+        settings = self.defaults.replace(**settings_overrides)
+        if voice is None and ref_audio is not None:
+            voice = self.create_voice(ref_audio, ref_text, settings.preprocess_prompt)
+        requests = self.settle(text, language, instruct, voice, duration, speed, num_frames)
+        chunked = self.generate_codes(requests, settings, noise if noise is not None else RandomNoise(seed), on_step)
+        audios = [self.decode(chunks, voice.rms if voice else None, settings) for chunks in chunked]
+        codes = [np.concatenate(chunks, axis=1) for chunks in chunked]
+        single = isinstance(text, str)
+        out_audio = audios[0] if single else audios
+        if return_codes:
+            return out_audio, (codes[0] if single else codes)
+        return out_audio
+
+
+def _per_item(value, count: int, name: str) -> list:
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(values) == 1:
+        return values * count
+    if len(values) != count:
+        raise UserError(f"{name} has {len(values)} values for {count} texts; give one, or one per text")
+    return values

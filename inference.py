@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Speak text with an omnivoice-onnx build: ONNX Runtime, numpy, soundfile and a tokenizer. No torch.
+
+  python inference.py --model_dir models/omnivoice-cpu --text "Hello there." --output hello.wav
+  python inference.py --model_dir DIR --text "..." --ref_audio me.wav --ref_text "What I said." --output out.wav
+  python inference.py --model_dir DIR --jsonl lines.jsonl --output out_folder/
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from codes.errors import UserError, run_cli
+from codes.settings import GenerationSettings
+
+DEFAULTS = GenerationSettings()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_dir", type=Path, required=True, help="a build folder from optimize.py")
+    p.add_argument("--higgs_dir", type=Path, help="a codec build (optimize.py --higgs-only) if the model folder has none")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", help="the text to speak")
+    what.add_argument("--text_file", type=Path, help="one utterance per line; --output is then a folder")
+    what.add_argument("--jsonl", type=Path, help='one {"text", "output"?, "language"?, "instruct"?, "duration"?, '
+                                                 '"speed"?} per line; --output is then a folder')
+    p.add_argument("--output", type=Path, default=Path("output.wav"), help="WAV file (or folder for batches)")
+    p.add_argument("--float_wav", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
+    p.add_argument("--codes_out", type=Path, help="also save the generated codes [8,T] int64 (.npy; batches: a folder)")
+    p.add_argument("--language", help="language id or name (e.g. en, English); unknown ones fall back to none")
+    p.add_argument("--instruct", help='voice design, e.g. "female, low pitch, british accent"')
+    p.add_argument("--ref_audio", type=Path, help="reference clip to clone (any rate, mono or stereo)")
+    p.add_argument("--ref_text", help="transcript of --ref_audio (required with it)")
+    p.add_argument("--voice", type=Path, help="a voice saved with --save_voice (skips encoding the reference)")
+    p.add_argument("--save_voice", type=Path, help="save the reference's codes, text and RMS to this .npz")
+    p.add_argument("--duration", type=float, help="output length in seconds (overrides --speed)")
+    p.add_argument("--num_audio_tokens", type=int, help="output length in codec frames (25 per second)")
+    p.add_argument("--speed", type=float, help="speaking rate factor (> 1 faster)")
+    p.add_argument("--num_steps", type=int, default=DEFAULTS.num_step)
+    p.add_argument("--guidance_scale", type=float, default=DEFAULTS.guidance_scale)
+    p.add_argument("--t_shift", type=float, default=DEFAULTS.t_shift)
+    p.add_argument("--layer_penalty_factor", type=float, default=DEFAULTS.layer_penalty_factor)
+    p.add_argument("--position_temperature", type=float, default=DEFAULTS.position_temperature)
+    p.add_argument("--class_temperature", type=float, default=DEFAULTS.class_temperature)
+    p.add_argument("--no_denoise", action="store_true", help="leave out the <|denoise|> token when cloning")
+    p.add_argument("--no_postprocess", action="store_true", help="keep long silences in the output")
+    p.add_argument("--seed", type=int, help="seed for the sampling noise (same seed, same output)")
+    p.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
+    p.add_argument("--batch_size", type=int, default=4, help="utterances decoded together for --text_file/--jsonl")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from codes import jobs as job_io
+    from codes.synthesis import OmniVoiceOnnx, Voice
+
+    settings = DEFAULTS.replace(
+        num_step=args.num_steps, guidance_scale=args.guidance_scale, t_shift=args.t_shift,
+        layer_penalty_factor=args.layer_penalty_factor, position_temperature=args.position_temperature,
+        class_temperature=args.class_temperature, denoise=not args.no_denoise,
+        postprocess_output=not args.no_postprocess,
+    )
+    if args.ref_audio and args.voice:
+        raise UserError("give either --ref_audio (with --ref_text) or --voice, not both")
+    if args.ref_audio and not args.ref_text:
+        raise UserError("--ref_audio needs --ref_text: offline transcription is not available, so pass its transcript")
+    if args.batch_size < 1:
+        raise UserError(f"--batch_size must be >= 1, got {args.batch_size}")
+    if args.text is not None:
+        jobs = [job_io.Job(args.text, args.output, args.language, args.instruct, args.duration, args.speed)]
+    elif args.text_file:
+        jobs = job_io.jobs_from_text_file(args.text_file, args.output)
+    else:
+        jobs = job_io.jobs_from_jsonl(args.jsonl, args.output)
+    for job in jobs:  # every bad output path fails before any compute
+        job_io.check_writable(job.output)
+    for extra in (args.save_voice, args.codes_out if args.text is not None else None):
+        if extra:
+            job_io.check_writable(extra)
+
+    tts = OmniVoiceOnnx(args.model_dir, higgs_dir=args.higgs_dir, provider=args.provider, threads=args.threads)
+    voice = Voice.load(args.voice) if args.voice else None
+    if args.ref_audio:
+        voice = tts.create_voice(args.ref_audio, args.ref_text, settings.preprocess_prompt)
+        if args.save_voice:
+            voice.save(args.save_voice)
+
+    progress = None if args.quiet else _progress_bar(settings.num_step)
+    start, audio_seconds = time.perf_counter(), 0.0
+    for first in range(0, len(jobs), args.batch_size):
+        batch = jobs[first:first + args.batch_size]
+        audios, codes = tts.generate(
+            [j.text for j in batch], language=[j.language for j in batch], instruct=[j.instruct for j in batch],
+            voice=voice, duration=[j.duration for j in batch], speed=[j.speed for j in batch],
+            num_frames=args.num_audio_tokens, seed=args.seed, return_codes=True,
+            on_step=progress, **settings.to_dict(),
+        )
+        for job, wav, item_codes in zip(batch, audios, codes):
+            job_io.write_wav(job.output, wav, tts.sample_rate, args.float_wav)
+            audio_seconds += len(wav) / tts.sample_rate
+            if args.codes_out:
+                target = args.codes_out if args.text is not None else Path(args.codes_out) / (job.output.stem + ".npy")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                job_io.write_npy(target, item_codes)
+            if not args.quiet:
+                print(f"wrote {job.output} ({len(wav) / tts.sample_rate:.2f} s)", file=sys.stderr)
+    elapsed = time.perf_counter() - start
+    print(f"RTF {elapsed / max(audio_seconds, 1e-9):.3f} ({elapsed:.2f} s for {audio_seconds:.2f} s of audio)")
+    return 0
+
+
+def _progress_bar(num_step: int):
+    """A tqdm bar over decoding steps; it restarts for each chunk or batch."""
+    from tqdm import tqdm
+
+    bar = None
+
+    def on_step(step: int, total: int):
+        nonlocal bar
+        if bar is None or step == 1:
+            if bar is not None:
+                bar.close()
+            bar = tqdm(total=total, desc="decoding", unit="step", leave=False)
+        bar.update(1)
+        if step == total:
+            bar.close()
+            bar = None
+
+    return on_step
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
