@@ -7,9 +7,11 @@ cell (confidence minus a per-codebook penalty, plus Gumbel noise), and the
 `reveal_count` best still-masked cells take their tokens, in both the
 conditional and the unconditional row.
 
-The model is a callable `logits_fn(input_ids, audio_mask, attention_mask) ->
-logits [2B, 8, S, 1025]`, so the ONNX runtime and a torch reference can drive
-the same loop. Randomness comes from a NoiseSource; draws happen in upstream's
+The model is a callable `target_logits_fn(batch_input_ids, batch) -> one
+(cond [8, T, V], uncond [8, T, V]) pair per item`: only the target cells, so a
+runtime may skip work the loop never reads (padding, prompt positions).
+`full_logits(logits_fn)` adapts a model that returns logits for the whole CFG
+batch [2B, 8, S, V] (a torch reference, upstream's layout). Randomness comes from a NoiseSource; draws happen in upstream's
 order (per step, per item: the class draw over [8, T, 1025] when
 class_temperature > 0, then the position draw over [8, T] when
 position_temperature > 0), so replaying torch's `rand_like` values gives
@@ -33,6 +35,8 @@ from codes.settings import GenerationSettings
 from codes.specs import AUDIO_MASK_ID
 
 LogitsFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+TargetLogits = list[tuple[np.ndarray, np.ndarray]]
+TargetLogitsFn = Callable[[np.ndarray, CfgBatch, list[int]], TargetLogits]
 
 TOP_K_RATIO = 0.1  # class sampling keeps this share of the vocabulary
 _GUMBEL_EPS = np.float32(1e-10)
@@ -171,10 +175,24 @@ def step(
     return reveal_top_k(tokens, predicted, scores, reveal_count, mask_id)
 
 
+def full_logits(logits_fn: LogitsFn) -> TargetLogitsFn:
+    """Adapt `logits_fn(input_ids, audio_mask, attention_mask) -> [2B, 8, S, V]` to the target-only contract."""
+
+    def target_logits(input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int]) -> TargetLogits:
+        logits = np.asarray(logits_fn(input_ids, batch.audio_mask, batch.attention_mask), dtype=np.float32)
+        num_items = len(target_lens)
+        return [
+            (logits[item, :, cond_len - target_len : cond_len], logits[num_items + item, :, :target_len])
+            for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens))
+        ]
+
+    return target_logits
+
+
 def iterative_decode(
     batch: CfgBatch,
     target_lens: list[int],
-    logits_fn: LogitsFn,
+    target_logits_fn: TargetLogitsFn,
     settings: GenerationSettings,
     noise: NoiseSource | None = None,
     on_step: Callable[[int, int], None] | None = None,
@@ -192,14 +210,13 @@ def iterative_decode(
     tokens = [np.full((num_codebooks, t), mask_id, dtype=np.int64) for t in target_lens]
 
     for step_index in range(settings.num_step):
-        logits = np.asarray(logits_fn(input_ids, batch.audio_mask, batch.attention_mask), dtype=np.float32)
+        item_logits = target_logits_fn(input_ids, batch, target_lens)
         for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens)):
             reveal_count = schedules[item][step_index]
             if reveal_count <= 0:
                 continue  # no draws either, as upstream
             target = slice(cond_len - target_len, cond_len)
-            cond_logits = logits[item, :, target]
-            uncond_logits = logits[num_items + item, :, :target_len]
+            cond_logits, uncond_logits = item_logits[item]
             tokens[item] = step(tokens[item], cond_logits, uncond_logits, reveal_count, settings, noise, mask_id)
             input_ids[item, :, target] = tokens[item]
             input_ids[num_items + item, :, :target_len] = tokens[item]

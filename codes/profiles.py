@@ -10,7 +10,7 @@ from .errors import UserError
 @dataclass(frozen=True)
 class Profile:
     name: str
-    llm_precision: str  # fp32 | fp16 | int4
+    llm_precision: str  # fp32 | fp16 | int8 | int4
     audio_precision: str  # embeddings and heads: fp32 | fp16 | int4
     execution_provider: str  # the ONNX Runtime provider the build is meant for
     genai_target: str  # onnxruntime-genai builder's execution_provider
@@ -33,6 +33,8 @@ PROFILES = {
                 "fp16 everywhere, CUDA"),
         Profile("cpu_fp32", "fp32", "fp32", "CPUExecutionProvider", "cpu", "genai",
                 "fp32 reference build, used for equivalence with upstream"),
+        Profile("cpu_int8", "int8", "int4", "CPUExecutionProvider", "cpu", "genai",
+                "int8 backbone (int8 weights and activations), int4 embeddings and heads, CPU"),
     )
 }
 

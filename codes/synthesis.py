@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -19,7 +21,7 @@ from .duration import estimate_target_tokens, resolve_target_len
 from .errors import UserError
 from .fileio import atomic_path
 from .manifest import read_manifest
-from .prompt import build_cfg_batch, build_prompt, check_ref_codes
+from .prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
 from .sessions import BackboneRunner, make_session, providers_for
 from .settings import GenerationSettings
 from .specs import FRAME_RATE, SAMPLE_RATE
@@ -93,6 +95,7 @@ class OmniVoiceOnnx:
         self._higgs_dir = Path(higgs_dir) if higgs_dir else None
         self._codec = None
         self.sample_rate = SAMPLE_RATE
+        self.timings: defaultdict[str, float] = defaultdict(float)  # seconds per stage, accumulated
 
     # --- the codec, loaded on first use (code-only generation never needs it) -----------------
 
@@ -111,10 +114,40 @@ class OmniVoiceOnnx:
 
     # --- one forward: embeddings -> backbone -> heads ------------------------------------------
 
+    def _timed(self, stage: str, fn, *args):
+        start = time.perf_counter()
+        result = fn(*args)
+        self.timings[stage] += time.perf_counter() - start
+        return result
+
+    def hidden_states(self, input_ids: np.ndarray, audio_mask: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        embeds = self._timed("embeddings", self.embeddings.run, None, {"input_ids": input_ids, "audio_mask": audio_mask})[0]
+        return self._timed("backbone", self.backbone, embeds, attention_mask)
+
     def logits(self, input_ids: np.ndarray, audio_mask: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        embeds = self.embeddings.run(None, {"input_ids": input_ids, "audio_mask": audio_mask})[0]
-        hidden = self.backbone(embeds, attention_mask)
-        return self.heads.run(None, {"hidden_states": hidden})[0]
+        """Logits for a whole CFG batch [2B, 8, S, V], upstream's layout."""
+        hidden = self.hidden_states(input_ids, audio_mask, attention_mask)
+        return self._timed("heads", self.heads.run, None, {"hidden_states": hidden})[0]
+
+    def target_logits(self, input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int]):
+        """Each item's (cond, uncond) target logits, computing no more than the loop reads.
+
+        Conditional and unconditional rows run as two calls, so unconditional rows are not
+        padded to the conditional length, and the heads see only target positions.
+        Each row attends only within its own valid square, so the split changes no result.
+        """
+        num_items, longest = len(target_lens), max(target_lens)
+        cond_rows, uncond_rows = slice(0, num_items), slice(num_items, 2 * num_items)
+        cond_hidden = self.hidden_states(input_ids[cond_rows], batch.audio_mask[cond_rows],
+                                         batch.attention_mask[cond_rows])
+        uncond_hidden = self.hidden_states(input_ids[uncond_rows, :, :longest], batch.audio_mask[uncond_rows, :longest],
+                                           batch.attention_mask[uncond_rows, :, :longest, :longest])
+        windows = np.zeros((2 * num_items, longest, cond_hidden.shape[-1]), dtype=cond_hidden.dtype)
+        for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens)):
+            windows[item, :target_len] = cond_hidden[item, cond_len - target_len:cond_len]
+        windows[num_items:] = uncond_hidden
+        logits = self._timed("heads", self.heads.run, None, {"hidden_states": windows})[0]
+        return [(logits[item, :, :t], logits[num_items + item, :, :t]) for item, t in enumerate(target_lens)]
 
     # --- voices ----------------------------------------------------------------------------------
 
@@ -181,6 +214,7 @@ class OmniVoiceOnnx:
         return results
 
     def _decode_batch(self, requests: list[Request], settings, noise, on_step) -> list[np.ndarray]:
+        start = time.perf_counter()
         items = [
             build_prompt(self.tokenizer, r.text, r.target_len,
                          ref_text=r.voice.text if r.voice else None,
@@ -190,7 +224,8 @@ class OmniVoiceOnnx:
         ]
         target_lens = [r.target_len for r in requests]
         batch = build_cfg_batch(items, target_lens)
-        return iterative_decode(batch, target_lens, self.logits, settings, noise, on_step)
+        self.timings["prompt"] += time.perf_counter() - start
+        return iterative_decode(batch, target_lens, self.target_logits, settings, noise, on_step)
 
     def _decode_chunked(self, requests: list[Request], settings, noise, on_step) -> list[list[np.ndarray]]:
         """Upstream's `_generate_chunked`: chunks at punctuation, batched across items per chunk index.
@@ -223,7 +258,7 @@ class OmniVoiceOnnx:
 
     def decode(self, chunks: list[np.ndarray], ref_rms: float | None, settings: GenerationSettings) -> np.ndarray:
         """Codes -> post-processed 24 kHz audio, as upstream's `_decode_and_post_process`."""
-        pieces = [self.codec.decode(codes) for codes in chunks]
+        pieces = [self._timed("codec", self.codec.decode, codes) for codes in chunks]
         wav = audio_ops.cross_fade_chunks(pieces, SAMPLE_RATE)
         return audio_ops.post_process(wav, ref_rms, settings, SAMPLE_RATE).astype(np.float32)
 

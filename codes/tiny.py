@@ -101,6 +101,7 @@ def generated_checkpoint(name: str, seed: int = 0) -> Checkpoint:
     final = cache_dir("checkpoints") / f"{name}-v{GENERATOR_VERSION}-seed{seed}"
     if not (final / "config.json").is_file():
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        tmp.chmod(0o755)
         try:
             write_omnivoice_checkpoint(tmp, size=size, seed=seed)
             try:

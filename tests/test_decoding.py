@@ -136,6 +136,15 @@ RUN_ITEMS = [  # (text, target_len, ref_text, with_ref, lang, instruct)
 ]
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Tiny torch ops on a shared 2-core machine run far faster without intra-op threads."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def _run_upstream(hf_tok, items, config, seed, monkeypatch):
     replay = ReplayedRandLike(seed)
     monkeypatch.setattr(torch, "rand_like", replay)
@@ -164,7 +173,8 @@ def _run_ours(tok, items, settings, seed):
     noise = RecordingNoise(seed)
     steps_seen = []
     tokens = decoding.iterative_decode(
-        batch, target_lens, ToyModel(), settings, noise, on_step=lambda done, total: steps_seen.append(done)
+        batch, target_lens, decoding.full_logits(ToyModel()), settings, noise,
+        on_step=lambda done, total: steps_seen.append(done),
     )
     assert steps_seen == list(range(1, settings.num_step + 1))
     return tokens, noise.shapes
@@ -184,7 +194,9 @@ RUNS = [
 @pytest.mark.parametrize("picked, num_step, temperatures", RUNS, ids=[
     f"{len(p)}items-{n}steps-pos{t['position_temperature']:g}-class{t['class_temperature']:g}" for p, n, t in RUNS
 ])
-def test_decoding_runs_give_upstream_tokens(picked, num_step, temperatures, text_tokenizer, hf_tokenizer, monkeypatch):
+def test_decoding_runs_give_upstream_tokens(
+    picked, num_step, temperatures, text_tokenizer, hf_tokenizer, monkeypatch, one_torch_thread
+):
     items = [RUN_ITEMS[i] for i in picked]
     values = dict(num_step=num_step, **temperatures)
     expected, upstream_draws = _run_upstream(hf_tokenizer, items, OmniVoiceGenerationConfig(**values), 17, monkeypatch)

@@ -12,7 +12,9 @@ import onnx
 from .bidirectional import make_bidirectional
 from .onnx_io import save_model
 
-GENAI_PRECISION = {"fp32": "fp32", "fp16": "fp16", "int4": "int4"}
+# int8/int4 are MatMulNBits weight-only; on the CPU EP the builder's default accuracy_level 4
+# quantizes activations to int8 too, so the GEMMs run on the int8 units (VNNI/AMX).
+GENAI_PRECISION = {"fp32": "fp32", "fp16": "fp16", "int8": "int8", "int4": "int4"}
 
 
 def write_standalone_llm(omnivoice, out_dir: Path) -> Path:

@@ -23,16 +23,17 @@ def precision_passes(precision: str) -> dict:
         return {}
     if precision == "fp16":
         return {"to_fp16": {"type": "OnnxFloatToFloat16", "keep_io_types": True}}
-    if precision == "int4":
+    if precision in ("int4", "int8"):
         return {
-            "to_int4": {
+            f"to_{precision}": {
                 "type": "OnnxBlockWiseRtnQuantization",
+                "bits": 4 if precision == "int4" else 8,
                 "block_size": INT4_BLOCK_SIZE,
                 "is_symmetric": True,
                 "accuracy_level": 4,
             }
         }
-    raise UserError(f"precision {precision!r} is not one of fp32, fp16, int4")
+    raise UserError(f"precision {precision!r} is not one of fp32, fp16, int8, int4")
 
 
 def olive_export(
