@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from upstream_twins import ToyModel, hf_tokenizer, text_tokenizer, tokenizer_dir, upstream_self  # noqa: F401
+from upstream_twins import ToyModel, hf_tokenizer, text_tokenizer, tokenizer_dir, upstream_self  # noqa: F401 (fixtures)
 
 from omnivoice.models.omnivoice import GenerationTask, OmniVoiceGenerationConfig
 
