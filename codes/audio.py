@@ -369,7 +369,9 @@ def preprocess_reference(
             wav = trim_long_audio(wav, target_rate, trim_threshold=LONG_REFERENCE_S)
         wav = remove_silence(wav, target_rate, mid_sil_ms=200, lead_sil_ms=100, trail_sil_ms=200)
         if len(wav) == 0:
-            raise UserError("reference audio is empty after silence removal; check the file or turn off prompt preprocessing")
+            raise UserError(
+                "reference audio is empty after silence removal; check the file or turn off prompt preprocessing"
+            )
     duration = len(wav) / target_rate
     if duration > LONG_REFERENCE_S:
         logger.warning(

@@ -48,10 +48,7 @@ class CfgBatch(NamedTuple):
 def style_text(lang: str | None, instruct: str | None, with_reference: bool, denoise: bool) -> str:
     """The style prefix; "None" stands in for a missing language or instruct, as in training."""
     prefix = DENOISE if denoise and with_reference else ""
-    return (
-        f"{prefix}{LANG_START}{lang or 'None'}{LANG_END}"
-        f"{INSTRUCT_START}{instruct or 'None'}{INSTRUCT_END}"
-    )
+    return f"{prefix}{LANG_START}{lang or 'None'}{LANG_END}{INSTRUCT_START}{instruct or 'None'}{INSTRUCT_END}"
 
 
 def text_token_ids(tokenizer: TextTokenizerLike, text: str, ref_text: str | None = None) -> list[int]:

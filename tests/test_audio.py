@@ -63,7 +63,12 @@ def test_remove_silence_equals_pydub_sample_for_sample(seed, silences):
 
 @pytest.mark.parametrize(
     "wav",
-    [np.zeros(24000, np.float32), np.zeros(0, np.float32), np.full(30, 0.5, np.float32), np.full(24013, 0.9, np.float32)],
+    [
+        np.zeros(24000, np.float32),
+        np.zeros(0, np.float32),
+        np.full(30, 0.5, np.float32),
+        np.full(24013, 0.9, np.float32),
+    ],
     ids=["silent", "empty", "tiny", "loud_unrounded_length"],
 )
 def test_remove_silence_edge_cases_equal_pydub(wav):
@@ -90,7 +95,9 @@ def test_trim_long_audio_equals_upstream(seed):
 @pytest.mark.parametrize("pad, fade", [(0.1, 0.1), (0.0, 0.1), (0.1, 0.0), (0.25, 0.5)])
 def test_fade_and_pad_equals_upstream(length, pad, fade):
     wav = np.random.default_rng(length).uniform(-1, 1, length).astype(np.float32)
-    expected = _upstream_mono(upstream_audio.fade_and_pad_audio, wav, pad_duration=pad, fade_duration=fade, sample_rate=SR)
+    expected = _upstream_mono(
+        upstream_audio.fade_and_pad_audio, wav, pad_duration=pad, fade_duration=fade, sample_rate=SR
+    )
     np.testing.assert_array_equal(audio.fade_and_pad(wav, pad, fade, SR), expected)
 
 
@@ -118,7 +125,9 @@ def test_post_process_survives_all_silent_output_without_reference():
     assert out.size == 0
 
 
-@pytest.mark.parametrize("orig_sr, new_sr", [(44100, 24000), (48000, 24000), (16000, 24000), (22050, 24000), (8000, 24000), (24000, 16000)])
+@pytest.mark.parametrize(
+    "orig_sr, new_sr", [(44100, 24000), (48000, 24000), (16000, 24000), (22050, 24000), (8000, 24000), (24000, 16000)]
+)
 def test_resample_matches_torchaudio(orig_sr, new_sr):
     wav = speechlike(3, seconds=1.3, sample_rate=orig_sr)
     expected = torchaudio.functional.resample(torch.from_numpy(wav)[None], orig_sr, new_sr)[0].numpy()
@@ -184,7 +193,9 @@ def _upstream_reference(wav, sample_rate, ref_text, preprocess_prompt=True):
 def test_preprocess_reference_at_24k_equals_upstream(seed, seconds, level, ref_text, preprocess):
     wav = speechlike(seed, seconds, level=level)
     expected, expected_rms = _upstream_reference(wav, SR, ref_text, preprocess)
-    ours, ref_rms = audio.preprocess_reference(wav, SR, preprocess_prompt=preprocess, ref_text_known=ref_text is not None)
+    ours, ref_rms = audio.preprocess_reference(
+        wav, SR, preprocess_prompt=preprocess, ref_text_known=ref_text is not None
+    )
     assert ref_rms == expected_rms
     assert len(ours) % 960 == 0
     np.testing.assert_array_equal(ours, expected)

@@ -29,7 +29,7 @@ TEXTS = [
     "東京は日本の首都です。カタカナとひらがな。",
     "안녕하세요, 세계! 반갑습니다.",
     "Это тест 123 с цифрами 4567.",
-    "𠀀𠀁 ancient 𓀀 glyphs \U0001F600",
+    "𠀀𠀁 ancient 𓀀 glyphs \U0001f600",
     "A much longer English paragraph that should take well over two seconds to speak, "
     "so the estimate is past the short-utterance boost and scales linearly with its weight.",
 ]
@@ -48,13 +48,19 @@ def test_char_weight_equals_upstream_for_every_code_point():
 
 
 @pytest.mark.parametrize("target", TEXTS)
-@pytest.mark.parametrize("ref_text, ref_frames", [("Nice to meet you.", 25), ("Hello, world.", 37.5), ("你好", 40), ("", 30), ("...", 0)])
+@pytest.mark.parametrize(
+    "ref_text, ref_frames", [("Nice to meet you.", 25), ("Hello, world.", 37.5), ("你好", 40), ("", 30), ("...", 0)]
+)
 def test_estimate_frames_equals_upstream(target, ref_text, ref_frames):
-    assert duration.estimate_frames(target, ref_text, ref_frames) == ESTIMATOR.estimate_duration(target, ref_text, ref_frames)
+    assert duration.estimate_frames(target, ref_text, ref_frames) == ESTIMATOR.estimate_duration(
+        target, ref_text, ref_frames
+    )
 
 
 @pytest.mark.parametrize("target", TEXTS)
-@pytest.mark.parametrize("ref_text, ref_frames", [(None, None), ("", 80), ("Some reference words.", None), ("参考音频的文本。", 120)])
+@pytest.mark.parametrize(
+    "ref_text, ref_frames", [(None, None), ("", 80), ("Some reference words.", None), ("参考音频的文本。", 120)]
+)
 @pytest.mark.parametrize("speed", [1.0, 0.7, 1.5, 0.0, -1.0])
 def test_estimate_target_tokens_equals_upstream(target, ref_text, ref_frames, speed):
     upstream = upstream_self(duration_estimator=ESTIMATOR)
@@ -77,8 +83,17 @@ def test_frames_for_duration(seconds, frames):
 def test_resolve_target_len_equals_upstream_preprocess_all():
     rng = random.Random(0)
     texts = [rng.choice(TEXTS[1:]) for _ in range(6)]
-    prompts = [VoiceClonePrompt(torch.zeros(8, n, dtype=torch.long), ref, 0.1) for n, ref in
-               [(60, "Reference words here."), (33, "你好世界。"), (75, "Hello, world."), (10, "x"), (120, "A longer one."), (48, "Ok.")]]
+    prompts = [
+        VoiceClonePrompt(torch.zeros(8, n, dtype=torch.long), ref, 0.1)
+        for n, ref in [
+            (60, "Reference words here."),
+            (33, "你好世界。"),
+            (75, "Hello, world."),
+            (10, "x"),
+            (120, "A longer one."),
+            (48, "Ok."),
+        ]
+    ]
     speeds = [1.0, 0.8, 1.3, 1.0, 2.0, 0.5]
     durations = [None, 3.2, None, 0.01, 7.0, None]
     upstream = upstream_self(duration_estimator=ESTIMATOR, audio_tokenizer=None)

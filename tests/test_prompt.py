@@ -51,7 +51,9 @@ def test_build_prompt_equals_upstream(item, text_tokenizer, hf_tokenizer):
 
 def test_style_and_text_markers_are_single_special_tokens(text_tokenizer):
     ids = prompt.build_prompt(text_tokenizer, "Hi.", 2, ref_text="Ref.", ref_codes=REF_CODES[3]).input_ids[0]
-    marker_ids = [text_tokenizer.token_id(t) for t in (prompt.DENOISE, prompt.LANG_START, prompt.TEXT_START, prompt.TEXT_END)]
+    marker_ids = [
+        text_tokenizer.token_id(t) for t in (prompt.DENOISE, prompt.LANG_START, prompt.TEXT_START, prompt.TEXT_END)
+    ]
     assert ids[0] == marker_ids[0] and ids[1] == marker_ids[1]
     assert marker_ids[2] in ids and marker_ids[3] in ids
 

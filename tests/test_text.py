@@ -38,7 +38,7 @@ def test_add_punctuation_equals_upstream(sample):
 
 
 LONG_TEXTS = [
-    "Mr. Smith went to Washington. He met Dr. Jones, who said: \"No.\" Then they left! Did they? Yes.",
+    'Mr. Smith went to Washington. He met Dr. Jones, who said: "No." Then they left! Did they? Yes.',
     "今天天气很好。我们去公园散步吧！你觉得怎么样？好的，走吧；出发：现在。",
     "No punctuation at all in this rather long sentence that keeps going and going",
     "Short. A. B. C. Longer sentence here, with a comma. And e.g. an abbreviation vs. another.",

@@ -28,7 +28,8 @@ def test_language_and_instruct_json_equal_upstream_tables():
 
 
 @pytest.mark.parametrize(
-    "language", [None, "None", "none", "en", "zh", "ja", "English", "english", "CHINESE", "Zulu", "yue", "de", "Deutsch"]
+    "language",
+    [None, "None", "none", "en", "zh", "ja", "English", "english", "CHINESE", "Zulu", "yue", "de", "Deutsch"],
 )
 def test_resolve_language_equals_upstream(language):
     assert voice_design.resolve_language(language) == _resolve_language(language)

@@ -29,7 +29,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 def extraction_tool():
     """tools/extract_upstream_tables.py as a module (it is a script, not a package)."""
-    spec = importlib.util.spec_from_file_location("extract_upstream_tables", REPO_ROOT / "tools" / "extract_upstream_tables.py")
+    spec = importlib.util.spec_from_file_location(
+        "extract_upstream_tables", REPO_ROOT / "tools" / "extract_upstream_tables.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

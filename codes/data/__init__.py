@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_table(name: str) -> dict:
     """The parsed `codes/data/<name>.json`; cached, so treat it as read-only."""
     with open(DATA_DIR / f"{name}.json", encoding="utf-8") as f:
