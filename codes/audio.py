@@ -250,7 +250,10 @@ def remove_silence(
     wav: np.ndarray, sample_rate: int, mid_sil_ms: int = 300, lead_sil_ms: int = 100, trail_sil_ms: int = 300
 ) -> np.ndarray:
     """Shorten inner silences longer than mid_sil_ms to mid_sil_ms on each side of the sound,
-    then keep at most lead_sil_ms / trail_sil_ms of silence at the edges. Output is 16-bit quantised."""
+    then keep at most lead_sil_ms / trail_sil_ms of silence at the edges. Output is 16-bit quantised.
+
+    Equal to upstream at sample rates >= 11025 Hz (pydub would resample slower audio
+    when joining the pieces); generation only calls it at 24 kHz."""
     pcm = _to_pcm16(wav)
     if mid_sil_ms > 0:
         pieces = _split_on_silence(pcm, sample_rate, mid_sil_ms, SILENCE_DBFS, mid_sil_ms, SEEK_STEP_MS)
