@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Check a build against upstream PyTorch.
+"""Check a build against upstream PyTorch: numbers (equiv) and speed (rtf).
 
   python eval.py --mode equiv --model_dir models/omnivoice-cpu-fp32
   python eval.py --mode equiv --model_dir some/foreign/folder      # probe only: is it bidirectional?
+  python eval.py --mode rtf --model_dir models/full-cpu_int8 --compare models/full-cpu_fp32 \
+      --torch full-random --torch-dtype fp32 bf16 --out bench/results
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -16,15 +19,27 @@ from codes.errors import run_cli
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=("equiv",), default="equiv")
+    parser.add_argument("--mode", choices=("equiv", "rtf"), default="equiv")
     parser.add_argument("--model_dir", type=Path, required=True, help="a build folder from optimize.py (or a foreign one)")
-    parser.add_argument("--source", help="the checkpoint the build came from (default: the one its manifest names)")
+    parser.add_argument("--source", help="equiv: the checkpoint the build came from (default: the one its manifest names)")
     parser.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
+    rtf = parser.add_argument_group("rtf")
+    rtf.add_argument("--compare", type=Path, nargs="*", default=[], help="other builds timed in the same run")
+    rtf.add_argument("--torch", help="also time upstream PyTorch on this checkpoint (folder, hub id, full-random)")
+    rtf.add_argument("--torch-dtype", nargs="+", default=["fp32"], choices=("fp32", "bf16"))
+    rtf.add_argument("--workload", default="default", choices=("default", "smoke"))
+    rtf.add_argument("--repeats", type=int, default=3)
+    rtf.add_argument("--warmup", type=int, default=1)
+    rtf.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every engine (default: all)")
+    rtf.add_argument("--no-memory", action="store_true", help="skip the per-build peak-memory runs")
+    rtf.add_argument("--out", type=Path, default=Path("bench/results"), help="writes OUT.md and OUT.json")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.mode == "rtf":
+        return rtf(args)
     from codes.equiv import run_equivalence
 
     rows, table = run_equivalence(args.model_dir, args.source, args.provider)
@@ -34,6 +49,22 @@ def main(argv=None) -> int:
         print(f"FAILED: {', '.join(failed)}")
         return 1
     print("all checks passed")
+    return 0
+
+
+def rtf(args) -> int:
+    from codes.bench import BenchRequest, benchmark, markdown
+    from codes.checkpoint import resolve_checkpoint
+
+    torch_ckpt = resolve_checkpoint(args.torch).path if args.torch else None
+    request = BenchRequest(
+        model_dirs=[args.model_dir, *args.compare], torch_checkpoint=torch_ckpt, torch_dtypes=args.torch_dtype,
+        workload=args.workload, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
+        memory=not args.no_memory, out=args.out, command="python eval.py " + " ".join(sys.argv[1:]),
+    )
+    report = benchmark(request, log=lambda line: print(line, file=sys.stderr))
+    print(markdown(report))
+    print(f"wrote {args.out.with_suffix('.md')} and {args.out.with_suffix('.json')}")
     return 0
 
 

@@ -1,0 +1,275 @@
+"""eval.py --mode rtf: a fixed, named workload timed on our builds and on upstream PyTorch, side by side.
+
+Runs are interleaved (every engine once per round) so drift hits all engines alike.
+Peak memory is measured per engine in a fresh subprocess, alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .fileio import atomic_path, write_json_atomic
+from .specs import FRAME_RATE
+
+TEXT_10S = ("The old lighthouse keeper climbed the spiral stairs every evening, counting each of the one hundred "
+            "and twelve steps, and lit the lamp that guided the fishing boats safely home through the fog.")
+TEXT_3S = "Please leave the package by the front door."
+TEXTS_BATCH = [
+    "Good morning, and welcome to the station.",
+    "The next train to the airport leaves from platform four.",
+    "Tickets can be bought from the machines near the entrance.",
+    "Thank you for travelling with us today.",
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    texts: tuple[str, ...]
+    seconds: tuple[float, ...]  # forced target lengths, identical for every engine
+    num_step: int = 32
+
+    @property
+    def audio_seconds(self) -> float:
+        return float(sum(self.seconds))
+
+    @property
+    def frames(self) -> int:
+        return sum(int(s * FRAME_RATE) for s in self.seconds)
+
+
+WORKLOADS = {
+    "default": (
+        Case("10 s utterance", (TEXT_10S,), (10.0,)),
+        Case("3 s utterance", (TEXT_3S,), (3.0,)),
+        Case("batch of 4 x 3 s", tuple(TEXTS_BATCH), (3.0,) * 4),
+    ),
+    # CI's smoke test: every code path, seconds of work.
+    "smoke": (
+        Case("1 s utterance", (TEXT_3S,), (1.0,), num_step=4),
+        Case("batch of 2 x 1 s", tuple(TEXTS_BATCH[:2]), (1.0, 1.0), num_step=4),
+    ),
+}
+
+DETERMINISTIC = dict(position_temperature=0.0, class_temperature=0.0)
+
+
+class OnnxEngine:
+    def __init__(self, model_dir: Path, threads: int, provider: str = "cpu"):
+        from .synthesis import OmniVoiceOnnx
+
+        self.model_dir = Path(model_dir)
+        self.tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads)
+        data = self.tts.manifest.data
+        self.name = f"ours {data.get('profile')} ({self.model_dir.name})"
+        self.kind = "onnx"
+
+    def run(self, case: Case, seed: int = 0) -> dict:
+        self.tts.timings.clear()
+        start = time.perf_counter()
+        _, codes = self.tts.generate(list(case.texts), duration=list(case.seconds), num_step=case.num_step,
+                                     seed=seed, return_codes=True, **DETERMINISTIC)
+        total = time.perf_counter() - start
+        stages = dict(self.tts.timings)
+        return {"total": total, "stages": stages, "codes": codes}
+
+
+class TorchEngine:
+    def __init__(self, checkpoint: Path, dtype: str, threads: int):
+        import torch
+        from omnivoice.models.omnivoice import OmniVoice
+
+        torch.set_num_threads(threads)
+        self.dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        self.model = OmniVoice.from_pretrained(str(checkpoint), attn_implementation="sdpa", dtype=self.dtype).eval()
+        self.model.audio_tokenizer.float()  # upstream keeps its codec in fp32
+        self.name = f"upstream torch {dtype}"
+        self.kind = "torch"
+
+    def run(self, case: Case, seed: int = 0) -> dict:
+        import torch
+
+        torch.manual_seed(seed)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            self.model.generate(list(case.texts), duration=list(case.seconds), num_step=case.num_step, **DETERMINISTIC)
+        return {"total": time.perf_counter() - start, "stages": {}, "codes": None}
+
+
+def make_engines(model_dirs, torch_checkpoint, torch_dtypes, threads: int, provider: str = "cpu"):
+    engines = [OnnxEngine(d, threads, provider) for d in model_dirs]
+    if torch_checkpoint:
+        engines += [TorchEngine(torch_checkpoint, dtype, threads) for dtype in torch_dtypes]
+    return engines
+
+
+def _summary(values: list[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
+
+
+def run_benchmark(engines, workload: str, repeats: int, warmup: int, log=print) -> dict:
+    results = {engine.name: {} for engine in engines}
+    for case in WORKLOADS[workload]:
+        for engine in engines:
+            for _ in range(warmup):
+                engine.run(case)
+        runs = {engine.name: [] for engine in engines}
+        for round_index in range(repeats):
+            for engine in engines:  # interleaved: drift hits every engine
+                runs[engine.name].append(engine.run(case))
+                log(f"  {case.name}: {engine.name} round {round_index + 1}: {runs[engine.name][-1]['total']:.2f} s")
+        for engine in engines:
+            totals = [r["total"] for r in runs[engine.name]]
+            entry = {"total_s": _summary(totals), "rtf": statistics.median(totals) / case.audio_seconds,
+                     "step_s": statistics.median(totals) / case.num_step, "num_step": case.num_step,
+                     "frames": case.frames}
+            if runs[engine.name][0]["stages"]:
+                stage_names = runs[engine.name][0]["stages"]
+                entry["stages_s"] = {k: statistics.median(r["stages"].get(k, 0.0) for r in runs[engine.name])
+                                     for k in stage_names}
+                entry["stages_s"]["decoding maths + rest"] = max(
+                    0.0, statistics.median(totals) - sum(entry["stages_s"].values()))
+            entry["codes"] = runs[engine.name][0]["codes"]
+            results[engine.name][case.name] = entry
+    return results
+
+
+def token_agreement(results: dict, reference_name: str) -> dict:
+    """Share of equal codes with the reference engine, same seed and deterministic settings."""
+    agreement = {}
+    for name, cases in results.items():
+        if name == reference_name:
+            continue
+        per_case = {}
+        for case_name, entry in cases.items():
+            ref = results[reference_name][case_name]["codes"]
+            if entry["codes"] is None or ref is None:
+                continue
+            per_case[case_name] = float(np.mean([np.mean(a == b) for a, b in zip(entry["codes"], ref)]))
+        if per_case:
+            agreement[name] = per_case
+    return agreement
+
+
+def peak_memory_mb(model_dir: Path, threads: int, workload: str) -> float:
+    """Peak resident memory of one synthesis in a fresh process (the build's real footprint)."""
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report its parent's peak.
+    code = (
+        "import re, sys; sys.path.insert(0, sys.argv[1]);"
+        "from codes.bench import OnnxEngine, WORKLOADS;"
+        "engine = OnnxEngine(sys.argv[2], int(sys.argv[3]));"
+        "engine.run(WORKLOADS[sys.argv[4]][0]);"
+        "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code, str(root), str(model_dir), str(threads), workload],
+                         capture_output=True, text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1]) / 1024
+
+
+def machine() -> dict:
+    model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import onnxruntime
+
+    return {"cpu": model, "logical_cpus": os.cpu_count(), "python": platform.python_version(),
+            "onnxruntime": onnxruntime.__version__}
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# Benchmark: {report['workload']} workload", "",
+             f"Command: `{report['command']}`", "",
+             f"Machine: {report['machine']['cpu']}, {report['threads']} threads; onnxruntime "
+             f"{report['machine']['onnxruntime']}; {report['date']}. Median of {report['repeats']} interleaved runs "
+             f"after {report['warmup']} warm-up; deterministic settings (no sampling noise).", ""]
+    engines = list(report["results"])
+    cases = list(next(iter(report["results"].values())))
+    baseline = {d: f"upstream torch {d}" for d in ("fp32", "bf16") if f"upstream torch {d}" in engines}
+    for case in cases:
+        lines += [f"## {case}", "", "| engine | total s (min–max) | s/step | RTF | " +
+                  " | ".join(f"× vs torch {d}" for d in baseline) + " |",
+                  "|---|---|---|---|" + "---|" * len(baseline)]
+        for name in engines:
+            e = report["results"][name][case]
+            t = e["total_s"]
+            ratios = [f"{report['results'][b][case]['total_s']['median'] / t['median']:.2f}" for b in baseline.values()]
+            lines.append(f"| {name} | {t['median']:.2f} ({t['min']:.2f}–{t['max']:.2f}) | {e['step_s']:.3f} | "
+                         f"{e['rtf']:.2f} | " + " | ".join(ratios) + (" |" if ratios else "|"))
+        stage_rows = [(n, report["results"][n][case]["stages_s"]) for n in engines if "stages_s" in report["results"][n][case]]
+        if stage_rows:
+            stage_names = list(stage_rows[0][1])
+            lines += ["", "Stages (s, median): ", "", "| engine | " + " | ".join(stage_names) + " |",
+                      "|---|" + "---|" * len(stage_names)]
+            for name, stages in stage_rows:
+                lines.append(f"| {name} | " + " | ".join(f"{stages.get(s, 0.0):.3f}" for s in stage_names) + " |")
+        lines.append("")
+    if report.get("memory_mb"):
+        lines += ["## Peak resident memory (one synthesis, fresh process)", "", "| engine | MB |", "|---|---|"]
+        lines += [f"| {k} | {v:.0f} |" for k, v in report["memory_mb"].items()] + [""]
+    if report.get("agreement"):
+        lines += [f"## Token agreement with {report['reference']}", "", "| engine | " + " | ".join(cases) + " |",
+                  "|---|" + "---|" * len(cases)]
+        for name, per_case in report["agreement"].items():
+            lines.append(f"| {name} | " + " | ".join(f"{100 * per_case.get(c, float('nan')):.1f}%" for c in cases) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_report(report: dict, out: Path) -> tuple[Path, Path]:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for cases in report["results"].values():
+        for entry in cases.values():
+            entry.pop("codes", None)
+    json_path, md_path = out.with_suffix(".json"), out.with_suffix(".md")
+    write_json_atomic(json_path, report)
+    with atomic_path(md_path) as tmp:
+        tmp.write_text(markdown(report), encoding="utf-8")
+    return json_path, md_path
+
+
+@dataclass
+class BenchRequest:
+    model_dirs: list[Path]
+    torch_checkpoint: Path | None = None
+    torch_dtypes: list[str] = field(default_factory=lambda: ["fp32"])
+    workload: str = "default"
+    repeats: int = 3
+    warmup: int = 1
+    threads: int = 2
+    memory: bool = True
+    out: Path = Path("bench/results")
+    command: str = ""
+
+
+def benchmark(request: BenchRequest, log=print) -> dict:
+    engines = make_engines(request.model_dirs, request.torch_checkpoint, request.torch_dtypes, request.threads)
+    results = run_benchmark(engines, request.workload, request.repeats, request.warmup, log)
+    reference = next((e.name for e in engines if e.kind == "onnx" and "cpu_fp32" in e.name), None)
+    report = {
+        "workload": request.workload, "command": request.command, "threads": request.threads,
+        "repeats": request.repeats, "warmup": request.warmup, "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(), "results": results,
+        "reference": reference, "agreement": token_agreement(results, reference) if reference else {},
+    }
+    if request.memory:
+        report["memory_mb"] = {e.name: peak_memory_mb(e.model_dir, request.threads, request.workload)
+                               for e in engines if e.kind == "onnx"}
+    write_report(report, request.out)
+    return report

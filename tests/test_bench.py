@@ -1,0 +1,32 @@
+"""eval.py --mode rtf on the tiny model: a smoke test of the benchmark (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import run_script
+
+
+def test_rtf_benchmark_writes_side_by_side_results(builds, tmp_path):
+    fp32 = builds.get("cpu_fp32", "--include-higgs")
+    int4 = builds.get("cpu", "--include-higgs")
+    out = tmp_path / "bench" / "results"
+    result = run_script("eval.py", "--mode", "rtf", "--model_dir", int4, "--compare", fp32,
+                        "--torch", "tiny-random", "--torch-dtype", "fp32", "--workload", "smoke",
+                        "--repeats", "1", "--warmup", "0", "--threads", "2", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.with_suffix(".json").read_text())
+    engines = set(report["results"])
+    assert engines == {f"ours cpu ({int4.name})", f"ours cpu_fp32 ({fp32.name})", "upstream torch fp32"}
+    for cases in report["results"].values():
+        assert set(cases) == {"1 s utterance", "batch of 2 x 1 s"}
+        for entry in cases.values():
+            assert entry["total_s"]["median"] > 0 and entry["rtf"] > 0
+    ours = report["results"][f"ours cpu ({int4.name})"]["1 s utterance"]
+    assert {"prompt", "embeddings", "backbone", "heads", "codec"} <= set(ours["stages_s"])
+    # Token agreement of the int4 build with the fp32 reference, and each build's peak memory.
+    agreement = report["agreement"][f"ours cpu ({int4.name})"]
+    assert all(0.0 <= share <= 1.0 for share in agreement.values())
+    assert set(report["memory_mb"]) == {f"ours cpu ({int4.name})", f"ours cpu_fp32 ({fp32.name})"}
+    markdown = out.with_suffix(".md").read_text()
+    assert "× vs torch fp32" in markdown and "Token agreement" in markdown and report["machine"]["cpu"] in markdown
