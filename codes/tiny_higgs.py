@@ -168,17 +168,15 @@ def _randomize(model, seed: int, calibration: np.ndarray) -> None:
             normal_(module.weight, 1.0 / fan_in**0.5)
             if module.bias is not None:
                 normal_(module.bias, 0.02)
-        for module in model.acoustic_encoder.modules():
-            if module.__class__.__name__ == "Snake1d":
-                module.alpha.copy_(0.5 + 1.5 * torch.rand(module.alpha.shape, generator=gen))
-        for module in model.acoustic_decoder.modules():
-            if module.__class__.__name__ == "Snake1d":
-                module.alpha.copy_(0.5 + 1.5 * torch.rand(module.alpha.shape, generator=gen))
+        for part in (model.acoustic_encoder, model.acoustic_decoder):
+            for module in part.modules():
+                if module.__class__.__name__ == "Snake1d":
+                    module.alpha.copy_(0.5 + 1.5 * torch.rand(module.alpha.shape, generator=gen))
 
         waveform = torch.from_numpy(calibration)[None, None, :]
         waveform = waveform[..., : waveform.shape[-1] // HOP_LENGTH * HOP_LENGTH]
-        encoder_side = [m for m in targets if m is not model.acoustic_decoder.conv2
-                        and not any(m is d for d in model.acoustic_decoder.modules())]
+        decoder_ids = {id(m) for m in model.acoustic_decoder.modules()}
+        encoder_side = [m for m in targets if id(m) not in decoder_ids]
         features = {}
 
         def encode_features():
@@ -212,7 +210,7 @@ def _randomize(model, seed: int, calibration: np.ndarray) -> None:
             residual = residual - vq.decode(vq.encode(residual))
 
         codes = model.encode(waveform, return_dict=False)
-        decoder_side = [m for m in targets if m not in encoder_side]
+        decoder_side = [m for m in targets if id(m) in decoder_ids]
         _normalize_outputs(decoder_side, targets, lambda: model.decode(codes, return_dict=False))
 
 
