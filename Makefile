@@ -17,6 +17,8 @@ setup: $(STAMP)
 demo: setup
 	$(PY) optimize.py --model tiny-random --device cpu --include-higgs --output $(DEMO) --overwrite
 	$(PY) eval.py --mode equiv --model_dir $(DEMO)
+	$(PY) inference.py --model_dir $(DEMO) --text "Hello from OmniVoice, running on ONNX Runtime." \
+		--language en --seed 0 --output demo.wav
 
 test: setup
 	$(PY) -m pytest -q tests

@@ -34,7 +34,7 @@ PROFILES = {
         Profile("cpu_fp32", "fp32", "fp32", "CPUExecutionProvider", "cpu", "genai",
                 "fp32 reference build, used for equivalence with upstream"),
         Profile("cpu_int8", "int8", "int4", "CPUExecutionProvider", "cpu", "genai",
-                "int8 backbone (int8 weights and activations), int4 embeddings and heads, CPU"),
+                "dynamic int8 backbone (int8 weights, int8 activations), int4 embeddings and heads, CPU"),
     )
 }
 

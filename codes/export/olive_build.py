@@ -23,11 +23,13 @@ def precision_passes(precision: str) -> dict:
         return {}
     if precision == "fp16":
         return {"to_fp16": {"type": "OnnxFloatToFloat16", "keep_io_types": True}}
-    if precision in ("int4", "int8"):
+    if precision == "int8":  # dynamic int8: int8 weights, activations quantized per call (MatMulInteger)
+        return {"to_int8": {"type": "OnnxDynamicQuantization", "precision": "int8",
+                            "op_types_to_quantize": ["MatMul"]}}
+    if precision == "int4":
         return {
-            f"to_{precision}": {
+            "to_int4": {
                 "type": "OnnxBlockWiseRtnQuantization",
-                "bits": 4 if precision == "int4" else 8,
                 "block_size": INT4_BLOCK_SIZE,
                 "is_symmetric": True,
                 "accuracy_level": 4,
