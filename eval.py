@@ -27,7 +27,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     rtf.add_argument("--compare", type=Path, nargs="*", default=[], help="other builds timed in the same run")
     rtf.add_argument("--torch", help="also time upstream PyTorch on this checkpoint (folder, hub id, full-random)")
     rtf.add_argument("--torch-dtype", nargs="+", default=["fp32"], choices=("fp32", "bf16"))
-    rtf.add_argument("--workload", default="default", choices=("default", "smoke"))
+    rtf.add_argument("--workload", default="default", choices=("default", "10s", "smoke"),
+                     help="default: 10 s, 3 s and a batch of 4; 10s: the 10 s utterance alone; smoke: CI")
     rtf.add_argument("--repeats", type=int, default=3)
     rtf.add_argument("--warmup", type=int, default=1)
     rtf.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every engine (default: all)")
