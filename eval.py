@@ -25,10 +25,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
     rtf = parser.add_argument_group("rtf")
     rtf.add_argument("--compare", type=Path, nargs="*", default=[], help="other builds timed in the same run")
+    rtf.add_argument("--higgs_dir", type=Path, help="a codec build for model folders that have none")
     rtf.add_argument("--torch", help="also time upstream PyTorch on this checkpoint (folder, hub id, full-random)")
     rtf.add_argument("--torch-dtype", nargs="+", default=["fp32"], choices=("fp32", "bf16"))
     rtf.add_argument("--workload", default="default", choices=("default", "10s", "smoke"),
                      help="default: 10 s, 3 s and a batch of 4; 10s: the 10 s utterance alone; smoke: CI")
+    rtf.add_argument("--num-step", type=int, help="override the workload's 32 decoding steps (s/step is unchanged)")
     rtf.add_argument("--repeats", type=int, default=3)
     rtf.add_argument("--warmup", type=int, default=1)
     rtf.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every engine (default: all)")
@@ -60,7 +62,8 @@ def rtf(args) -> int:
     torch_ckpt = resolve_checkpoint(args.torch).path if args.torch else None
     request = BenchRequest(
         model_dirs=[args.model_dir, *args.compare], torch_checkpoint=torch_ckpt, torch_dtypes=args.torch_dtype,
-        workload=args.workload, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
+        higgs_dir=args.higgs_dir,
+        workload=args.workload, num_step=args.num_step, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
         memory=not args.no_memory, out=args.out, command="python eval.py " + " ".join(sys.argv[1:]),
     )
     report = benchmark(request, log=lambda line: print(line, file=sys.stderr))

@@ -67,11 +67,11 @@ DETERMINISTIC = dict(position_temperature=0.0, class_temperature=0.0)
 
 
 class OnnxEngine:
-    def __init__(self, model_dir: Path, threads: int, provider: str = "cpu"):
+    def __init__(self, model_dir: Path, threads: int, provider: str = "cpu", higgs_dir: Path | None = None):
         from .synthesis import OmniVoiceOnnx
 
-        self.model_dir = Path(model_dir)
-        self.tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads)
+        self.model_dir, self.higgs_dir = Path(model_dir), higgs_dir
+        self.tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=provider, threads=threads)
         data = self.tts.manifest.data
         self.name = f"ours {data.get('profile')} ({self.model_dir.name})"
         self.kind = "onnx"
@@ -108,8 +108,8 @@ class TorchEngine:
         return {"total": time.perf_counter() - start, "stages": {}, "codes": None}
 
 
-def make_engines(model_dirs, torch_checkpoint, torch_dtypes, threads: int, provider: str = "cpu"):
-    engines = [OnnxEngine(d, threads, provider) for d in model_dirs]
+def make_engines(model_dirs, torch_checkpoint, torch_dtypes, threads: int, provider: str = "cpu", higgs_dir=None):
+    engines = [OnnxEngine(d, threads, provider, higgs_dir) for d in model_dirs]
     if torch_checkpoint:
         engines += [TorchEngine(torch_checkpoint, dtype, threads) for dtype in torch_dtypes]
     return engines
@@ -119,9 +119,17 @@ def _summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
 
 
-def run_benchmark(engines, workload: str, repeats: int, warmup: int, log=print) -> dict:
+def workload_cases(workload: str, num_step: int | None = None) -> tuple[Case, ...]:
+    """The named cases; num_step overrides their step count (each step is one identical forward)."""
+    cases = WORKLOADS[workload]
+    if num_step is None:
+        return cases
+    return tuple(Case(c.name, c.texts, c.seconds, num_step=num_step) for c in cases)
+
+
+def run_benchmark(engines, cases: tuple[Case, ...], repeats: int, warmup: int, log=print) -> dict:
     results = {engine.name: {} for engine in engines}
-    for case in WORKLOADS[workload]:
+    for case in cases:
         # Warm-up: the same shapes for two steps (session prepacking, allocator growth, caches).
         warm_case = Case(case.name, case.texts, case.seconds, num_step=min(2, case.num_step))
         for engine in engines:
@@ -165,18 +173,24 @@ def token_agreement(results: dict, reference_name: str) -> dict:
     return agreement
 
 
-def peak_memory_mb(model_dir: Path, threads: int, workload: str) -> float:
-    """Peak resident memory of one synthesis in a fresh process (the build's real footprint)."""
+def peak_memory_mb(model_dir: Path, threads: int, workload: str, higgs_dir: Path | None = None) -> float:
+    """Peak resident memory of one synthesis in a fresh process (the build's real footprint).
+
+    Two decoding steps suffice: every step has the same shapes, so the peak is reached in the first.
+    """
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report its parent's peak.
     code = (
         "import re, sys; sys.path.insert(0, sys.argv[1]);"
         "from codes.bench import OnnxEngine, WORKLOADS;"
-        "engine = OnnxEngine(sys.argv[2], int(sys.argv[3]));"
-        "engine.run(WORKLOADS[sys.argv[4]][0]);"
+        "from codes.bench import Case;"
+        "engine = OnnxEngine(sys.argv[2], int(sys.argv[3]), higgs_dir=sys.argv[5] or None);"
+        "case = WORKLOADS[sys.argv[4]][0];"
+        "engine.run(Case(case.name, case.texts, case.seconds, num_step=2));"
         "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
     )
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", code, str(root), str(model_dir), str(threads), workload],
+    out = subprocess.run([sys.executable, "-c", code, str(root), str(model_dir), str(threads), workload,
+                          str(higgs_dir or "")],
                          capture_output=True, text=True, check=True)
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
@@ -206,15 +220,15 @@ def markdown(report: dict) -> str:
     cases = list(next(iter(report["results"].values())))
     baseline = {d: f"upstream torch {d}" for d in ("fp32", "bf16") if f"upstream torch {d}" in engines}
     for case in cases:
-        lines += [f"## {case}", "", "| engine | total s (min–max) | s/step | RTF | " +
-                  " | ".join(f"× vs torch {d}" for d in baseline) + " |",
-                  "|---|---|---|---|" + "---|" * len(baseline)]
+        columns = ["engine", "steps", "total s (min–max)", "s/step", "RTF"] + [f"× vs torch {d}" for d in baseline]
+        lines += [f"## {case}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         for name in engines:
             e = report["results"][name][case]
             t = e["total_s"]
-            ratios = [f"{report['results'][b][case]['total_s']['median'] / t['median']:.2f}" for b in baseline.values()]
-            lines.append(f"| {name} | {t['median']:.2f} ({t['min']:.2f}–{t['max']:.2f}) | {e['step_s']:.3f} | "
-                         f"{e['rtf']:.2f} | " + " | ".join(ratios) + (" |" if ratios else "|"))
+            cells = [name, str(e["num_step"]), f"{t['median']:.2f} ({t['min']:.2f}–{t['max']:.2f})",
+                     f"{e['step_s']:.3f}", f"{e['rtf']:.2f}"]
+            cells += [f"{report['results'][b][case]['total_s']['median'] / t['median']:.2f}" for b in baseline.values()]
+            lines.append("| " + " | ".join(cells) + " |")
         stage_rows = [(n, report["results"][n][case]["stages_s"]) for n in engines if "stages_s" in report["results"][n][case]]
         if stage_rows:
             stage_names = list(stage_rows[0][1])
@@ -253,7 +267,9 @@ class BenchRequest:
     model_dirs: list[Path]
     torch_checkpoint: Path | None = None
     torch_dtypes: list[str] = field(default_factory=lambda: ["fp32"])
+    higgs_dir: Path | None = None
     workload: str = "default"
+    num_step: int | None = None
     repeats: int = 3
     warmup: int = 1
     threads: int = 2
@@ -263,17 +279,20 @@ class BenchRequest:
 
 
 def benchmark(request: BenchRequest, log=print) -> dict:
-    engines = make_engines(request.model_dirs, request.torch_checkpoint, request.torch_dtypes, request.threads)
-    results = run_benchmark(engines, request.workload, request.repeats, request.warmup, log)
+    engines = make_engines(request.model_dirs, request.torch_checkpoint, request.torch_dtypes, request.threads,
+                           higgs_dir=request.higgs_dir)
+    results = run_benchmark(engines, workload_cases(request.workload, request.num_step), request.repeats,
+                            request.warmup, log)
     reference = next((e.name for e in engines if e.kind == "onnx" and "cpu_fp32" in e.name), None)
     report = {
-        "workload": request.workload, "command": request.command, "threads": request.threads,
+        "workload": request.workload, "num_step": request.num_step or "as named", "command": request.command,
+        "threads": request.threads,
         "repeats": request.repeats, "warmup": request.warmup, "date": time.strftime("%Y-%m-%d"),
         "machine": machine(), "results": results,
         "reference": reference, "agreement": token_agreement(results, reference) if reference else {},
     }
     if request.memory:
-        report["memory_mb"] = {e.name: peak_memory_mb(e.model_dir, request.threads, request.workload)
+        report["memory_mb"] = {e.name: peak_memory_mb(e.model_dir, request.threads, request.workload, e.higgs_dir)
                                for e in engines if e.kind == "onnx"}
     write_report(report, request.out)
     return report
