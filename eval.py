@@ -62,7 +62,7 @@ def rtf(args) -> int:
     torch_ckpt = resolve_checkpoint(args.torch).path if args.torch else None
     request = BenchRequest(
         model_dirs=[args.model_dir, *args.compare], torch_checkpoint=torch_ckpt, torch_dtypes=args.torch_dtype,
-        higgs_dir=args.higgs_dir,
+        higgs_dir=args.higgs_dir, provider=args.provider,
         workload=args.workload, num_step=args.num_step, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
         memory=not args.no_memory, out=args.out, command="python eval.py " + " ".join(sys.argv[1:]),
     )

@@ -268,6 +268,7 @@ class BenchRequest:
     torch_checkpoint: Path | None = None
     torch_dtypes: list[str] = field(default_factory=lambda: ["fp32"])
     higgs_dir: Path | None = None
+    provider: str = "cpu"
     workload: str = "default"
     num_step: int | None = None
     repeats: int = 3
@@ -280,13 +281,13 @@ class BenchRequest:
 
 def benchmark(request: BenchRequest, log=print) -> dict:
     engines = make_engines(request.model_dirs, request.torch_checkpoint, request.torch_dtypes, request.threads,
-                           higgs_dir=request.higgs_dir)
+                           provider=request.provider, higgs_dir=request.higgs_dir)
     results = run_benchmark(engines, workload_cases(request.workload, request.num_step), request.repeats,
                             request.warmup, log)
     reference = next((e.name for e in engines if e.kind == "onnx" and "cpu_fp32" in e.name), None)
     report = {
         "workload": request.workload, "num_step": request.num_step or "as named", "command": request.command,
-        "threads": request.threads,
+        "threads": request.threads, "provider": request.provider,
         "repeats": request.repeats, "warmup": request.warmup, "date": time.strftime("%Y-%m-%d"),
         "machine": machine(), "results": results,
         "reference": reference, "agreement": token_agreement(results, reference) if reference else {},
