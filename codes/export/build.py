@@ -60,8 +60,22 @@ def check_output(output: Path, overwrite: bool) -> None:
         raise UserError(f"cannot write into {parent}; choose an --output folder you can write to")
 
 
+def quiet_libraries() -> None:
+    """Per-tensor progress bars from transformers drown the build's own report."""
+    import warnings
+
+    import transformers
+
+    # omnivoice imports pydub, which warns about ffmpeg; nothing here decodes compressed audio with it.
+    warnings.filterwarnings("ignore", message="Couldn't find ffmpeg")
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
 def build(request: BuildRequest) -> Path:
     """Run the whole build and return the output folder."""
+    quiet_libraries()
     output = Path(request.output)
     if request.llm_method not in LLM_EXPORTS:
         raise UserError(f"--llm-export {request.llm_method!r} is not one of {', '.join(LLM_EXPORTS)}")

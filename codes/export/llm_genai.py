@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import shutil
+import sys
 from pathlib import Path
 
 import onnx
@@ -37,17 +38,22 @@ def genai_options(execution_provider: str) -> list[str]:
     return options
 
 
-def build_genai_causal(hf_dir: Path, out_dir: Path, precision: str, execution_provider: str, quiet: bool = True) -> Path:
+def build_genai_causal(hf_dir: Path, out_dir: Path, precision: str, execution_provider: str) -> Path:
     """onnxruntime-genai create_model as the recipe calls it; returns the causal model.onnx."""
     from onnxruntime_genai.models import builder
 
     args = ("Qwen/Qwen3-0.6B", str(hf_dir), str(out_dir), GENAI_PRECISION[precision], execution_provider,
             str(Path(out_dir) / "cache"))
-    sink = io.StringIO() if quiet else None
-    with contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
-        # create_model needs parse_extra_options first (REFERENCE §3).
-        options = builder.parse_extra_options(*args, genai_options(execution_provider))
-        builder.create_model(*args, **options)
+    # The builder prints a line per tensor; keep it, and show it only if the build fails.
+    log = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            # create_model needs parse_extra_options first (REFERENCE §3).
+            options = builder.parse_extra_options(*args, genai_options(execution_provider))
+            builder.create_model(*args, **options)
+    except Exception:
+        sys.stderr.write(log.getvalue()[-4000:])
+        raise
     return Path(out_dir) / "model.onnx"
 
 
