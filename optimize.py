@@ -50,7 +50,8 @@ def main(argv=None) -> int:
                            higgs_precision=args.higgs_precision, overwrite=args.overwrite)
     build(request)
     total = sum(request.timings.values())
-    print(f"built {output} ({profile.name}) in {total:.1f}s: "
+    what = f"codec only, {args.higgs_precision}" if args.higgs_only else profile.name
+    print(f"built {output} ({what}) in {total:.1f}s: "
           + ", ".join(f"{k} {v:.1f}s" for k, v in request.timings.items()))
     return 0
 
