@@ -59,6 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from codes import jobs as job_io
+    from codes.decoding import RandomNoise
     from codes.synthesis import OmniVoiceOnnx, Voice
 
     settings = DEFAULTS.replace(
@@ -75,15 +76,16 @@ def main(argv=None) -> int:
         raise UserError(f"--batch_size must be >= 1, got {args.batch_size}")
     if args.text is not None:
         jobs = [job_io.Job(args.text, args.output, args.language, args.instruct, args.duration, args.speed)]
-    elif args.text_file:
-        jobs = job_io.jobs_from_text_file(args.text_file, args.output)
+        codes_paths = [args.codes_out]
     else:
-        jobs = job_io.jobs_from_jsonl(args.jsonl, args.output)
-    for job in jobs:  # every bad output path fails before any compute
-        job_io.check_writable(job.output)
-    for extra in (args.save_voice, args.codes_out if args.text is not None else None):
-        if extra:
-            job_io.check_writable(extra)
+        read_jobs = job_io.jobs_from_text_file if args.text_file else job_io.jobs_from_jsonl
+        jobs = read_jobs(args.text_file or args.jsonl, args.output)
+        codes_folder = job_io.output_folder(args.codes_out, "--codes_out") if args.codes_out else None
+        codes_paths = [codes_folder / (job.output.stem + ".npy") if codes_folder else None for job in jobs]
+    # Every bad output path fails before any compute.
+    for path in [*(job.output for job in jobs), *codes_paths, args.save_voice]:
+        if path:
+            job_io.check_writable(path)
 
     tts = OmniVoiceOnnx(args.model_dir, higgs_dir=args.higgs_dir, provider=args.provider, threads=args.threads)
     voice = Voice.load(args.voice) if args.voice else None
@@ -92,23 +94,26 @@ def main(argv=None) -> int:
         if args.save_voice:
             voice.save(args.save_voice)
 
+    # Every bad text, language, instruct, duration or speed fails before any compute.
+    batches = [range(first, min(first + args.batch_size, len(jobs))) for first in range(0, len(jobs), args.batch_size)]
+    requests = [
+        tts.settle([jobs[i].text for i in batch], [jobs[i].language for i in batch], [jobs[i].instruct for i in batch],
+                   voice, [jobs[i].duration for i in batch], [jobs[i].speed for i in batch], args.num_audio_tokens)
+        for batch in batches
+    ]
+    # Load the codec now: a missing one fails before any compute, and its load stays out of the RTF.
+    tts.codec  # noqa: B018
+
     progress = None if args.quiet else _progress_bar(settings.num_step)
     start, audio_seconds = time.perf_counter(), 0.0
-    for first in range(0, len(jobs), args.batch_size):
-        batch = jobs[first:first + args.batch_size]
-        audios, codes = tts.generate(
-            [j.text for j in batch], language=[j.language for j in batch], instruct=[j.instruct for j in batch],
-            voice=voice, duration=[j.duration for j in batch], speed=[j.speed for j in batch],
-            num_frames=args.num_audio_tokens, seed=args.seed, return_codes=True,
-            on_step=progress, **settings.to_dict(),
-        )
-        for job, wav, item_codes in zip(batch, audios, codes):
+    for batch, batch_requests in zip(batches, requests):
+        audios, codes = tts.synthesize(batch_requests, settings, RandomNoise(args.seed), progress)
+        for i, wav, item_codes in zip(batch, audios, codes):
+            job, codes_path = jobs[i], codes_paths[i]
             job_io.write_wav(job.output, wav, tts.sample_rate, args.float_wav)
             audio_seconds += len(wav) / tts.sample_rate
-            if args.codes_out:
-                target = args.codes_out if args.text is not None else Path(args.codes_out) / (job.output.stem + ".npy")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                job_io.write_npy(target, item_codes)
+            if codes_path:
+                job_io.write_npy(codes_path, item_codes)
             if not args.quiet:
                 print(f"wrote {job.output} ({len(wav) / tts.sample_rate:.2f} s)", file=sys.stderr)
     elapsed = time.perf_counter() - start

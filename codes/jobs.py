@@ -17,6 +17,7 @@ from .errors import UserError
 from .fileio import atomic_path
 
 JOB_KEYS = {"text", "output", "language", "instruct", "duration", "speed"}
+NUMBER_KEYS = {"duration", "speed"}
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Job:
 
 def check_writable(path: Path) -> None:
     folder = path.resolve().parent
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"cannot write {path}: {folder} is a file, not a folder; choose another --output")
     if not folder.is_dir():
         raise UserError(f"cannot write {path}: folder {folder} does not exist; create it or choose another --output")
     if not os.access(folder, os.W_OK):
@@ -46,26 +49,39 @@ def _read_lines(path: Path) -> list[str]:
         raise UserError(f"cannot read {path} ({type(exc).__name__}); pass a UTF-8 text file") from None
 
 
-def _output_folder(output: Path) -> Path:
-    if output.suffix.lower() == ".wav":
-        raise UserError(f"--output {output} looks like a file; with --text_file/--jsonl pass a folder for the WAVs")
-    output.mkdir(parents=True, exist_ok=True)
+def output_folder(output: Path, flag: str = "--output") -> Path:
+    """The folder a batch writes into, created if missing."""
+    if output.suffix.lower() in (".wav", ".npy"):
+        raise UserError(f"{flag} {output} looks like a file; with --text_file/--jsonl pass a folder")
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create folder {output} for {flag} ({exc.strerror}); choose another {flag}") from None
     return output
 
 
 def jobs_from_text_file(path: Path, output: Path) -> list[Job]:
-    folder = _output_folder(output)
     texts = [line.strip() for line in _read_lines(path)]
     texts = [t for t in texts if t]
     if not texts:
         raise UserError(f"{path} holds no text; put one utterance per line")
+    folder = output_folder(output)
     return [Job(text, folder / f"{i:04d}.wav") for i, text in enumerate(texts, 1)]
+
+
+def _wrong_type(key: str, value) -> str | None:
+    """What a job value should have been, or None when it is fine (null means "not given")."""
+    if value is None:
+        return None
+    if key in NUMBER_KEYS:
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if is_number else "a number"
+    return None if isinstance(value, str) else "a string"
 
 
 def jobs_from_jsonl(path: Path, output: Path) -> list[Job]:
     """One JSON object per line: {"text": ..., "output"?: "name.wav", "language"?, "instruct"?, "duration"?, "speed"?}."""
-    folder = _output_folder(output)
-    jobs = []
+    records = []
     for number, line in enumerate(_read_lines(path), 1):
         if not line.strip():
             continue
@@ -78,11 +94,16 @@ def jobs_from_jsonl(path: Path, output: Path) -> list[Job]:
         unknown = sorted(set(record) - JOB_KEYS)
         if unknown:
             raise UserError(f"{path} line {number} has unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(JOB_KEYS))}")
-        name = record.pop("output", None) or f"{len(jobs) + 1:04d}.wav"
-        jobs.append(Job(output=folder / name, **record))
-    if not jobs:
+        for key, value in record.items():
+            wanted = _wrong_type(key, value)
+            if wanted:
+                raise UserError(f'{path} line {number}: "{key}" must be {wanted}, got {json.dumps(value)}')
+        records.append(record)
+    if not records:
         raise UserError(f"{path} holds no utterances; write one JSON object per line")
-    return jobs
+    folder = output_folder(output)
+    return [Job(output=folder / (record.pop("output", None) or f"{i:04d}.wav"), **record)
+            for i, record in enumerate(records, 1)]
 
 
 def write_wav(path: Path, wav: np.ndarray, sample_rate: int, float_wav: bool = False) -> None:

@@ -76,6 +76,10 @@ class OmniVoiceOnnx:
     def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str = "cpu",
                  threads: int | None = None):
         self.manifest = read_manifest(model_dir)
+        if not self.manifest.sub_models and self.manifest.higgs:
+            raise UserError(
+                f"{model_dir} holds only a Higgs codec; pass it as --higgs_dir and a backbone build as --model_dir"
+            )
         if self.manifest.attention != "bidirectional":
             raise UserError(
                 f"{model_dir} holds a {self.manifest.attention} backbone; OmniVoice needs a bidirectional one: "
@@ -83,12 +87,16 @@ class OmniVoiceOnnx:
             )
         self.provider, self.threads = provider, threads
         self.embeddings = make_session(self.manifest.path_of("audio_embeddings_encoder"), provider, threads)
-        self.backbone = BackboneRunner(make_session(self.manifest.path_of("llm_decoder"), provider, threads))
-        if self.backbone.signature != "mask4d":
+        llm_path = self.manifest.path_of("llm_decoder")
+        llm_session = make_session(llm_path, provider, threads)
+        # Checked before BackboneRunner, which would first ask a genai graph for its head size.
+        mask_rank = {i.name: len(i.shape) for i in llm_session.get_inputs()}.get("attention_mask", 4)
+        if mask_rank != 4:
             raise UserError(
-                f"{self.manifest.path_of('llm_decoder')} takes only a 2-D mask, so it is causal; "
-                "rebuild the backbone with optimize.py"
+                f"{llm_path} takes only a {mask_rank}-D attention mask, so it is causal; "
+                "OmniVoice needs a bidirectional backbone: rebuild it with optimize.py"
             )
+        self.backbone = BackboneRunner(llm_session)
         self.heads = make_session(self.manifest.path_of("audio_heads_decoder"), provider, threads)
         self.tokenizer = TextTokenizer.from_dir(self.manifest.folder)
         self.defaults = GenerationSettings.from_dict(self.manifest.data.get("decoding_defaults", {}))
@@ -262,6 +270,14 @@ class OmniVoiceOnnx:
         wav = audio_ops.cross_fade_chunks(pieces, SAMPLE_RATE)
         return audio_ops.post_process(wav, ref_rms, settings, SAMPLE_RATE).astype(np.float32)
 
+    def synthesize(self, requests: list[Request], settings: GenerationSettings, noise: NoiseSource | None = None,
+                   on_step=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Audio (float32, 24 kHz) and codes [8, T] for each settled request."""
+        chunked = self.generate_codes(requests, settings, noise, on_step)
+        audios = [self.decode(chunks, request.voice.rms if request.voice else None, settings)
+                  for request, chunks in zip(requests, chunked)]
+        return audios, [np.concatenate(chunks, axis=1) for chunks in chunked]
+
     def generate(self, text, language=None, instruct=None, ref_audio=None, ref_text=None, voice: Voice | None = None,
                  duration=None, speed=None, num_frames=None, seed: int | None = None, noise: NoiseSource | None = None,
                  return_codes: bool = False, on_step=None, **settings_overrides):
@@ -275,9 +291,7 @@ class OmniVoiceOnnx:
         if voice is None and ref_audio is not None:
             voice = self.create_voice(ref_audio, ref_text, settings.preprocess_prompt)
         requests = self.settle(text, language, instruct, voice, duration, speed, num_frames)
-        chunked = self.generate_codes(requests, settings, noise if noise is not None else RandomNoise(seed), on_step)
-        audios = [self.decode(chunks, voice.rms if voice else None, settings) for chunks in chunked]
-        codes = [np.concatenate(chunks, axis=1) for chunks in chunked]
+        audios, codes = self.synthesize(requests, settings, noise if noise is not None else RandomNoise(seed), on_step)
         single = isinstance(text, str)
         out_audio = audios[0] if single else audios
         if return_codes:
