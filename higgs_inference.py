@@ -33,8 +33,8 @@ def parse_args():
 
 def main() -> int:
     args = parse_args()
-    from codes.codec import (HiggsCodec, check_audio_output_path, check_output_path, load_codes, save_codes,
-                             write_audio)
+    from codes.codec import HiggsCodec
+    from codes.outputs import check_audio_output_path, check_output_path, load_codes, save_codes, write_audio
     from codes.audio import read_audio
     from codes.manifest import read_manifest
     from codes.sessions import providers_for

@@ -60,6 +60,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from codes import jobs as job_io
     from codes.decoding import RandomNoise
+    from codes.outputs import check_output_path, save_codes, write_audio
     from codes.synthesis import OmniVoiceOnnx, Voice
 
     settings = DEFAULTS.replace(
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
     # Every bad output path fails before any compute.
     for path in [*(job.output for job in jobs), *codes_paths, args.save_voice]:
         if path:
-            job_io.check_writable(path)
+            check_output_path(path)
 
     tts = OmniVoiceOnnx(args.model_dir, higgs_dir=args.higgs_dir, provider=args.provider, threads=args.threads)
     voice = Voice.load(args.voice) if args.voice else None
@@ -110,10 +111,10 @@ def main(argv=None) -> int:
         audios, codes = tts.synthesize(batch_requests, settings, RandomNoise(args.seed), progress)
         for i, wav, item_codes in zip(batch, audios, codes):
             job, codes_path = jobs[i], codes_paths[i]
-            job_io.write_wav(job.output, wav, tts.sample_rate, args.float_wav)
+            write_audio(job.output, wav, tts.sample_rate, args.float_wav)
             audio_seconds += len(wav) / tts.sample_rate
             if codes_path:
-                job_io.write_npy(codes_path, item_codes)
+                save_codes(codes_path, item_codes)
             if not args.quiet:
                 print(f"wrote {job.output} ({len(wav) / tts.sample_rate:.2f} s)", file=sys.stderr)
     elapsed = time.perf_counter() - start

@@ -6,7 +6,6 @@ Peak memory is measured per engine in a fresh subprocess, alone.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics

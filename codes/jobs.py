@@ -1,20 +1,16 @@
 """What inference.py is asked to do: utterances from --text, --text_file or --jsonl, and where each goes.
 
-Every output path is checked before any compute, and every file is written
-under a temporary name and renamed, so a failure never leaves a partial WAV.
+Every line is checked before the first is spoken; output paths are checked and
+written by codes/outputs.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from .errors import UserError
-from .fileio import atomic_path
 
 JOB_KEYS = {"text", "output", "language", "instruct", "duration", "speed"}
 NUMBER_KEYS = {"duration", "speed"}
@@ -28,18 +24,6 @@ class Job:
     instruct: str | None = None
     duration: float | None = None
     speed: float | None = None
-
-
-def check_writable(path: Path) -> None:
-    folder = path.resolve().parent
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"cannot write {path}: {folder} is a file, not a folder; choose another --output")
-    if not folder.is_dir():
-        raise UserError(f"cannot write {path}: folder {folder} does not exist; create it or choose another --output")
-    if not os.access(folder, os.W_OK):
-        raise UserError(f"cannot write {path}: folder {folder} is not writable; choose another --output")
-    if path.is_dir():
-        raise UserError(f"cannot write {path}: it is a folder; give a file name such as out.wav")
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -104,16 +88,3 @@ def jobs_from_jsonl(path: Path, output: Path) -> list[Job]:
     folder = output_folder(output)
     return [Job(output=folder / (record.pop("output", None) or f"{i:04d}.wav"), **record)
             for i, record in enumerate(records, 1)]
-
-
-def write_wav(path: Path, wav: np.ndarray, sample_rate: int, float_wav: bool = False) -> None:
-    import soundfile as sf
-
-    with atomic_path(path, suffix=".wav") as tmp:
-        sf.write(str(tmp), wav, sample_rate, subtype="FLOAT" if float_wav else "PCM_16", format="WAV")
-
-
-def write_npy(path: Path, array: np.ndarray) -> None:
-    with atomic_path(path, suffix=".npy") as tmp:
-        with open(tmp, "wb") as f:
-            np.save(f, array)

@@ -21,7 +21,7 @@ from pathlib import Path
 from .cache import cache_dir
 from .checkpoint import Checkpoint
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # bump whenever the generated weights change (tiny.py or tiny_higgs.py)
 
 SIZES = {
     "tiny": dict(
