@@ -268,7 +268,7 @@ class OmniVoiceOnnx:
         """Codes -> post-processed 24 kHz audio, as upstream's `_decode_and_post_process`."""
         pieces = [self._timed("codec", self.codec.decode, codes) for codes in chunks]
         wav = audio_ops.cross_fade_chunks(pieces, SAMPLE_RATE)
-        return audio_ops.post_process(wav, ref_rms, settings, SAMPLE_RATE).astype(np.float32)
+        return self._timed("post-processing", audio_ops.post_process, wav, ref_rms, settings, SAMPLE_RATE).astype(np.float32)
 
     def synthesize(self, requests: list[Request], settings: GenerationSettings, noise: NoiseSource | None = None,
                    on_step=None) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -29,4 +29,4 @@ def test_rtf_benchmark_writes_side_by_side_results(builds, tmp_path):
     assert all(0.0 <= share <= 1.0 for share in agreement.values())
     assert set(report["memory_mb"]) == {f"ours cpu ({int4.name})", f"ours cpu_fp32 ({fp32.name})"}
     markdown = out.with_suffix(".md").read_text()
-    assert "× vs torch fp32" in markdown and "Token agreement" in markdown and report["machine"]["cpu"] in markdown
+    assert "step × vs torch fp32" in markdown and "Token agreement" in markdown and report["machine"]["cpu"] in markdown
