@@ -18,6 +18,7 @@ import numpy as np
 from .audio import cut_to_hops, to_mono
 from .errors import UserError
 from .fileio import sha256_file
+from .sessions import open_session
 from .specs import ACOUSTIC_ENCODER, HIGGS_DECODER, HIGGS_SPECS, QUANTIZER_ENCODER, SEMANTIC_ENCODER
 
 
@@ -35,20 +36,6 @@ def check_files(higgs_dir, section: dict, hashes: bool = False) -> None:
             raise UserError(f"{path} does not match its sha256 in the manifest; re-copy or rebuild the codec")
 
 
-def _session(path: Path, providers, threads):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # fp16 graphs log one constant-folding warning per Snake layer
-    if threads:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-    try:
-        return ort.InferenceSession(str(path), sess_options=options, providers=providers or ["CPUExecutionProvider"])
-    except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs
-        raise UserError(f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}") from None
-
-
 class HiggsCodec:
     """The four codec graphs of one build. `sessions` may hand in ready InferenceSessions
     by graph key (acoustic_encoder, semantic_encoder, quantizer_encoder, higgs_decoder)."""
@@ -60,13 +47,17 @@ class HiggsCodec:
         self.hop_length = int(section["hop_length"])
         self.num_codebooks = int(section["num_codebooks"])
         self.codebook_size = int(section["codebook_size"])
-        sessions = dict(sessions or {})
-        missing = [spec.key for spec in HIGGS_SPECS if spec.key not in sessions]
-        if missing:
+        self._sessions = dict(sessions or {})
+        if any(spec.key not in self._sessions for spec in HIGGS_SPECS):
             check_files(self.higgs_dir, section)
-        for key in missing:
-            sessions[key] = _session(self.higgs_dir / section["files"][key]["filename"], providers, threads)
-        self.sessions = sessions
+        self._providers, self._threads = providers, threads
+
+    def session(self, key: str):
+        """Graphs load on first use: speaking needs only the decoder (the fp16 encoders hold ~700 MB)."""
+        if key not in self._sessions:
+            path = self.higgs_dir / self.section["files"][key]["filename"]
+            self._sessions[key] = open_session(path, self._providers, self._threads)
+        return self._sessions[key]
 
     # --- encoding ----------------------------------------------------------------
 
@@ -96,11 +87,11 @@ class HiggsCodec:
     def encode_prepared(self, waveforms: np.ndarray) -> np.ndarray:
         """Codes [B, 8, T] int64 for waveforms [B, T * hop] already at the codec rate."""
         batch = waveforms[:, None, :].astype(np.float32, copy=False)
-        acoustic = self.sessions[ACOUSTIC_ENCODER.key].run(None, {ACOUSTIC_ENCODER.inputs[0].name: batch})[0]
-        semantic = self.sessions[SEMANTIC_ENCODER.key].run(None, {SEMANTIC_ENCODER.inputs[0].name: batch})[0]
+        acoustic = self.session(ACOUSTIC_ENCODER.key).run(None, {ACOUSTIC_ENCODER.inputs[0].name: batch})[0]
+        semantic = self.session(SEMANTIC_ENCODER.key).run(None, {SEMANTIC_ENCODER.inputs[0].name: batch})[0]
         feeds = {QUANTIZER_ENCODER.inputs[0].name: acoustic.astype(np.float32, copy=False),
                  QUANTIZER_ENCODER.inputs[1].name: semantic.astype(np.float32, copy=False)}
-        return self.sessions[QUANTIZER_ENCODER.key].run(None, feeds)[0].astype(np.int64, copy=False)
+        return self.session(QUANTIZER_ENCODER.key).run(None, feeds)[0].astype(np.int64, copy=False)
 
     def encode(self, waveform, sample_rate: int) -> np.ndarray:
         """Codes [8, T] int64 for one clip of any length (>= one hop), rate and channel count."""
@@ -144,7 +135,7 @@ class HiggsCodec:
         """Waveform at 24 kHz, float32: [T * 960] for codes [8, T], [B, T * 960] for [B, 8, T]."""
         single = np.asarray(codes).ndim == 2
         batch = self.check_codes(codes)
-        audio = self.sessions[HIGGS_DECODER.key].run(None, {HIGGS_DECODER.inputs[0].name: batch})[0]
+        audio = self.session(HIGGS_DECODER.key).run(None, {HIGGS_DECODER.inputs[0].name: batch})[0]
         audio = audio[:, 0, :].astype(np.float32, copy=False)
         return audio[0] if single else audio
 

@@ -34,15 +34,17 @@ def providers_for(provider: str) -> list[str]:
 
 
 def make_session(path: Path, provider: str = "cpu", threads: int | None = None) -> ort.InferenceSession:
+    return open_session(path, providers_for(provider), threads)
+
+
+def open_session(path: Path, providers: list[str] | None = None, threads: int | None = None) -> ort.InferenceSession:
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 3  # fp16 graphs log a constant-folding warning per layer
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
     try:
-        return ort.InferenceSession(str(path), sess_options=options, providers=providers_for(provider))
-    except UserError:
-        raise
+        return ort.InferenceSession(str(path), sess_options=options, providers=providers or ["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs
         raise UserError(f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}") from None
 
