@@ -132,11 +132,6 @@ class OmniVoiceOnnx:
         embeds = self._timed("embeddings", self.embeddings.run, None, {"input_ids": input_ids, "audio_mask": audio_mask})[0]
         return self._timed("backbone", self.backbone, embeds, attention_mask)
 
-    def logits(self, input_ids: np.ndarray, audio_mask: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        """Logits for a whole CFG batch [2B, 8, S, V], upstream's layout."""
-        hidden = self.hidden_states(input_ids, audio_mask, attention_mask)
-        return self._timed("heads", self.heads.run, None, {"hidden_states": hidden})[0]
-
     def target_logits(self, input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int]):
         """Each item's (cond, uncond) target logits, computing no more than the loop reads.
 

@@ -16,10 +16,10 @@ from upstream_twins import (  # noqa: F401
     text_tokenizer,
     tokenizer_dir,
     upstream_self,
+    upstream_task,
 )
 
 from omnivoice.models.omnivoice import (
-    GenerationTask,
     OmniVoiceGenerationConfig,
     _filter_top_k,
     _get_time_steps,
@@ -149,16 +149,7 @@ def _run_upstream(hf_tok, items, config, seed, monkeypatch):
     replay = ReplayedRandLike(seed)
     monkeypatch.setattr(torch, "rand_like", replay)
     upstream = upstream_self(text_tokenizer=hf_tok, logits_fn=ToyModel())
-    task = GenerationTask(
-        batch_size=len(items),
-        texts=[item[0] for item in items],
-        target_lens=[item[1] for item in items],
-        langs=[item[4] for item in items],
-        instructs=[item[5] for item in items],
-        ref_texts=[item[2] for item in items],
-        ref_audio_tokens=[torch.from_numpy(REF_CODES) if item[3] else None for item in items],
-        ref_rms=[None] * len(items),
-    )
+    task = upstream_task(items, lambda item: REF_CODES if item[3] else None)
     tokens = upstream._generate_iterative(task, config)
     return [t.numpy() for t in tokens], replay.shapes
 

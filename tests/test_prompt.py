@@ -5,9 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from upstream_twins import ToyModel, hf_tokenizer, text_tokenizer, tokenizer_dir, upstream_self  # noqa: F401 (fixtures)
+from upstream_twins import (  # noqa: F401 (fixtures)
+    ToyModel,
+    hf_tokenizer,
+    text_tokenizer,
+    tokenizer_dir,
+    upstream_self,
+    upstream_task,
+)
 
-from omnivoice.models.omnivoice import GenerationTask, OmniVoiceGenerationConfig
+from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
 from codes import prompt
 from codes.errors import UserError
@@ -61,16 +68,7 @@ def test_style_and_text_markers_are_single_special_tokens(text_tokenizer):
 def _upstream_first_batch(hf_tok, items):
     """The (input_ids, audio_mask, attention_mask) upstream feeds its model at step 1."""
     upstream = upstream_self(text_tokenizer=hf_tok, logits_fn=ToyModel())
-    task = GenerationTask(
-        batch_size=len(items),
-        texts=[item[0] for item in items],
-        target_lens=[item[1] for item in items],
-        langs=[item[4] for item in items],
-        instructs=[item[5] for item in items],
-        ref_texts=[item[2] for item in items],
-        ref_audio_tokens=[torch.from_numpy(REF_CODES[item[3]]) if item[3] else None for item in items],
-        ref_rms=[None] * len(items),
-    )
+    task = upstream_task(items, lambda item: REF_CODES[item[3]] if item[3] else None)
     upstream._generate_iterative(task, OmniVoiceGenerationConfig(num_step=1, denoise=True))
     return [t.numpy() for t in upstream.forward_calls[0]]
 

@@ -67,6 +67,27 @@ def upstream_self(**attributes) -> _UpstreamSelf:
     return _UpstreamSelf(**attributes)
 
 
+def upstream_task(items, ref_codes_of):
+    """Upstream's GenerationTask for test items (text, target_len, ref_text, ref, lang, instruct, ...);
+    `ref_codes_of(item)` gives the item's reference codes (numpy) or None."""
+    from omnivoice.models.omnivoice import GenerationTask
+
+    def ref_tokens(item):
+        codes = ref_codes_of(item)
+        return None if codes is None else torch.from_numpy(codes)
+
+    return GenerationTask(
+        batch_size=len(items),
+        texts=[item[0] for item in items],
+        target_lens=[item[1] for item in items],
+        langs=[item[4] for item in items],
+        instructs=[item[5] for item in items],
+        ref_texts=[item[2] for item in items],
+        ref_audio_tokens=[ref_tokens(item) for item in items],
+        ref_rms=[None] * len(items),
+    )
+
+
 class ToyModel:
     """logits [2B, 8, S, 1025] from a seeded embedding + one masked-attention mix + heads.
 
