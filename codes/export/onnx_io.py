@@ -1,4 +1,4 @@
-"""Saving ONNX graphs into a build folder: one file, or one file plus `<name>.data` when large."""
+"""Saving ONNX graphs into a build folder: the graph in `<name>`, its weights in `<name>.data`."""
 
 from __future__ import annotations
 
@@ -6,16 +6,11 @@ from pathlib import Path
 
 import onnx
 
-# Protobuf caps a single file at 2 GB; stay well below it.
-EXTERNAL_DATA_THRESHOLD = 1 << 30
-
-
-def _initializer_bytes(model: onnx.ModelProto) -> int:
-    return sum(len(t.raw_data) or t.ByteSize() for t in model.graph.initializer)
-
-
+# Weights always go to an external file, whatever their size: ONNX Runtime memory-maps external data,
+# while weights inside the protobuf are read into the heap and stay there next to the prepacked copies
+# its kernels make. Full-size cpu_int8 backbone: 823 MB resident after loading inline, 430 MB external.
 def save_model(source: Path | onnx.ModelProto, final: Path) -> Path:
-    """Write `final` (and `final.name + '.data'` when large) with relative external-data paths."""
+    """Write `final` and `final.name + '.data'` (a relative external-data path); small tensors stay inline."""
     from onnxruntime.transformers.onnx_model import OnnxModel
 
     model = source if isinstance(source, onnx.ModelProto) else onnx.load(str(source))
@@ -26,11 +21,10 @@ def save_model(source: Path | onnx.ModelProto, final: Path) -> Path:
     # onnx.save appends to an existing .data file (REFERENCE §7): start clean.
     for stale in (final, data_file):
         stale.unlink(missing_ok=True)
-    if _initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
-        onnx.save_model(model, str(final), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data_file.name, size_threshold=1024)
-    else:
-        onnx.save_model(model, str(final))
+    onnx.save_model(model, str(final), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=data_file.name, size_threshold=1024)
+    if data_file.exists():  # onnx creates it owner-only; a build is meant to be shared
+        data_file.chmod(final.stat().st_mode & 0o777)
     return final
 
 
