@@ -83,7 +83,7 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
 
     model = load_omnivoice(Path(source))
     precision = manifest.data.get("precision", {})
-    llm_precision, audio_precision = precision.get("llm", "?"), precision.get("audio", "?")
+    llm_precision, embed_precision, heads_precision = (precision.get(k, "?") for k in ("llm", "embeddings", "heads"))
     embed_session = make_session(manifest.path_of("audio_embeddings_encoder"), provider)
     backbone = BackboneRunner(make_session(manifest.path_of("llm_decoder"), provider))
     heads_session = make_session(manifest.path_of("audio_heads_decoder"), provider)
@@ -100,18 +100,18 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
     defined = attention_mask.any(axis=(1, 3))  # [2B, S]
     rows = []
     embeds = embed_session.run(None, {"input_ids": input_ids, "audio_mask": audio_mask})[0]
-    rows.append(compare("audio_embeddings_encoder", audio_precision, embeds, ref_embeds, audio_precision == "fp32"))
+    rows.append(compare("audio_embeddings_encoder", embed_precision, embeds, ref_embeds, embed_precision == "fp32"))
     hidden = backbone(ref_embeds, attention_mask)
     rows.append(compare("llm_decoder hidden (padded CFG batch)", llm_precision, hidden[defined], ref_hidden[defined],
                         llm_precision == "fp32"))
     logits = heads_session.run(None, {"hidden_states": ref_hidden.astype(np.float32)})[0]
-    rows.append(compare("audio_heads_decoder logits", audio_precision, logits, ref_logits, audio_precision == "fp32",
+    rows.append(compare("audio_heads_decoder logits", heads_precision, logits, ref_logits, heads_precision == "fp32",
                         argmax_axis=-1))
     chained_hidden = backbone(embeds, attention_mask)
     chained = heads_session.run(None, {"hidden_states": chained_hidden})[0]
-    all_fp32 = llm_precision == audio_precision == "fp32"
+    all_fp32 = llm_precision == embed_precision == heads_precision == "fp32"
     on_defined = defined[:, None, :].repeat(specs.NUM_CODEBOOKS, axis=1)  # [2B, 8, S]
-    rows.append(compare("end to end logits (3 graphs)", f"{llm_precision}/{audio_precision}", chained[on_defined],
+    rows.append(compare("end to end logits (3 graphs)", f"{embed_precision}/{llm_precision}/{heads_precision}", chained[on_defined],
                         ref_logits[on_defined], all_fp32, argmax_axis=-1, abs_bound=10 * FP32_ABS_BOUND))
     rows.append(probe_row(probe_bidirectional(backbone)))
     return rows
@@ -121,12 +121,12 @@ def format_table(rows: list[Row]) -> str:
     def num(value, fmt):
         return "-" if value is None else format(value, fmt)
 
-    header = f"{'check':<42} {'precision':<10} {'max abs':>10} {'rel err':>10} {'argmax':>8}  {'bound':<28} result"
+    header = f"{'check':<42} {'precision':<14} {'max abs':>10} {'rel err':>10} {'argmax':>8}  {'bound':<28} result"
     lines = [header, "-" * len(header)]
     for r in rows:
         argmax = "-" if r.argmax_agree is None else f"{100 * r.argmax_agree:.2f}%"
         result = "PASS" if r.passed else "FAIL"
-        lines.append(f"{r.check:<42} {r.precision:<10} {num(r.max_abs, '10.3g')} {num(r.rel_err, '10.3g')} "
+        lines.append(f"{r.check:<42} {r.precision:<14} {num(r.max_abs, '10.3g')} {num(r.rel_err, '10.3g')} "
                      f"{argmax:>8}  {r.bound:<28} {result}")
     notes = [f"  {r.check}: {r.note}" for r in rows if r.note]
     return "\n".join(lines + notes)

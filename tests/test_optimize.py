@@ -44,7 +44,7 @@ def test_every_profile_builds_a_valid_bidirectional_folder(builds, profile):
 def test_gpu_profile_is_fp16_for_cuda(builds):
     data = read_manifest(builds.get("gpu")).data
     assert data["execution_provider"] == "CUDAExecutionProvider"
-    assert data["precision"] == {"llm": "fp16", "audio": "fp16"}
+    assert data["precision"] == {"llm": "fp16", "embeddings": "fp16", "heads": "fp16"}
     llm_inputs = {i["name"]: i for i in data["sub_models"]["llm_decoder"]["inputs"]}
     assert llm_inputs["inputs_embeds"]["dtype"] == "float16"
     if "CUDAExecutionProvider" in ort.get_available_providers():  # where a GPU exists, run it there too
@@ -64,6 +64,31 @@ def test_int4_profile_quantizes_weights(builds):
     assert "MatMulNBits" in ops("audio_heads_decoder.onnx")
     # The tiny backbone's size is mostly its rotary tables, so check the kernels instead.
     assert "MatMulNBits" in ops("llm_decoder.onnx") and "MatMul" not in ops("llm_decoder.onnx")
+
+
+def test_int8_profile_runs_integer_kernels_and_stays_bidirectional(builds):
+    folder = builds.get("cpu_int8")
+    data = read_manifest(folder).data
+    assert data["precision"] == {"llm": "int8", "embeddings": "int4", "heads": "int8"}
+
+    def ops(name):
+        return {n.op_type for n in onnx.load(str(folder / name)).graph.node}
+
+    assert "GatherBlockQuantized" in ops("audio_embeddings_encoder.onnx")
+    for graph in ("llm_decoder.onnx", "audio_heads_decoder.onnx"):
+        assert "MatMulInteger" in ops(graph) and "MatMul" not in ops(graph), graph
+    result = run_script("eval.py", "--mode", "equiv", "--model_dir", folder)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "bidirectional" in result.stdout
+
+
+def test_weights_live_in_external_data_files(builds):
+    """ONNX Runtime memory-maps external data; weights inside the protobuf would sit in the heap twice."""
+    folder = builds.get("cpu_int8")
+    for key, entry in read_manifest(folder).sub_models.items():
+        graph, data_file = folder / entry["filename"], folder / f"{entry['filename']}.data"
+        assert entry["external_data"] == [data_file.name], key
+        assert data_file.stat().st_size > 10 * graph.stat().st_size, key
 
 
 @pytest.mark.parametrize("extra", [(), ("--llm-export", "torch")], ids=["genai", "torch"])

@@ -114,11 +114,11 @@ def _build_backbone(request: BuildRequest, staging: Path, work: Path) -> dict:
     config = json.loads((ckpt.path / "config.json").read_text())
     hidden = config["llm_config"]["hidden_size"]
     sub_models = {}
-    for spec in (specs.embeddings_spec(hidden), specs.heads_spec(hidden)):
+    for spec, precision in ((specs.embeddings_spec(hidden), profile.embeddings_precision),
+                            (specs.heads_spec(hidden), profile.heads_precision)):
         loader, dummy = OLIVE_ENTRY_POINTS[spec.key]
-        path = _timed(request, spec.key, olive_export, spec, ckpt.path, loader, dummy,
-                      profile.audio_precision, staging, work)
-        sub_models[spec.key] = _sub_model_entry(path, staging, profile.audio_precision, "olive")
+        path = _timed(request, spec.key, olive_export, spec, ckpt.path, loader, dummy, precision, staging, work)
+        sub_models[spec.key] = _sub_model_entry(path, staging, precision, "olive")
 
     spec = specs.backbone_spec(hidden)
     if request.llm_method == "genai":
@@ -215,7 +215,8 @@ def _describe(request: BuildRequest) -> dict:
     }
     if not request.higgs_only:
         body.update({
-            "precision": {"llm": profile.llm_precision, "audio": profile.audio_precision},
+            "precision": {"llm": profile.llm_precision, "embeddings": profile.embeddings_precision,
+                          "heads": profile.heads_precision},
             "attention": "bidirectional",
             "llm_build": request.llm_method,
         })
