@@ -102,6 +102,7 @@ class OmniVoiceOnnx:
         self.defaults = GenerationSettings.from_dict(self.manifest.data.get("decoding_defaults", {}))
         self._higgs_dir = Path(higgs_dir) if higgs_dir else None
         self._codec = None
+        self._prompt: tuple[CfgBatch, np.ndarray] | None = None  # see _prompt_embeddings
         self.sample_rate = SAMPLE_RATE
         self.timings: defaultdict[str, float] = defaultdict(float)  # seconds per stage, accumulated
 
@@ -128,23 +129,39 @@ class OmniVoiceOnnx:
         self.timings[stage] += time.perf_counter() - start
         return result
 
-    def hidden_states(self, input_ids: np.ndarray, audio_mask: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        embeds = self._timed("embeddings", self.embeddings.run, None, {"input_ids": input_ids, "audio_mask": audio_mask})[0]
-        return self._timed("backbone", self.backbone, embeds, attention_mask)
+    def embed(self, input_ids: np.ndarray, audio_mask: np.ndarray) -> np.ndarray:
+        return self._timed("embeddings", self.embeddings.run, None, {"input_ids": input_ids, "audio_mask": audio_mask})[0]
+
+    def _prompt_embeddings(self, batch: CfgBatch, num_items: int) -> np.ndarray:
+        """The conditional rows' embeddings, computed once per batch: only their target cells change.
+
+        The loop writes each step's target embeddings into this buffer; the prompt part stays.
+        The batch itself is the key (held, so its id cannot be reused by another).
+        """
+        if self._prompt is None or self._prompt[0] is not batch:
+            rows = slice(0, num_items)
+            self._prompt = (batch, self.embed(batch.input_ids[rows], batch.audio_mask[rows]))
+        return self._prompt[1]
 
     def target_logits(self, input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int]):
         """Each item's (cond, uncond) target logits, computing no more than the loop reads.
 
-        Conditional and unconditional rows run as two calls, so unconditional rows are not
-        padded to the conditional length, and the heads see only target positions.
-        Each row attends only within its own valid square, so the split changes no result.
+        - Conditional and unconditional rows run as two calls, so unconditional rows are not
+          padded to the conditional length; each row attends only within its own valid square,
+          so the split changes no result.
+        - The unconditional rows are the targets alone, and a target's cells are the same in
+          both rows: one embeddings call on them serves both, and the prompt is embedded once.
+        - The heads see only target positions.
         """
         num_items, longest = len(target_lens), max(target_lens)
         cond_rows, uncond_rows = slice(0, num_items), slice(num_items, 2 * num_items)
-        cond_hidden = self.hidden_states(input_ids[cond_rows], batch.audio_mask[cond_rows],
-                                         batch.attention_mask[cond_rows])
-        uncond_hidden = self.hidden_states(input_ids[uncond_rows, :, :longest], batch.audio_mask[uncond_rows, :longest],
-                                           batch.attention_mask[uncond_rows, :, :longest, :longest])
+        target_embeds = self.embed(input_ids[uncond_rows, :, :longest], batch.audio_mask[uncond_rows, :longest])
+        cond_embeds = self._prompt_embeddings(batch, num_items)
+        for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens)):
+            cond_embeds[item, cond_len - target_len:cond_len] = target_embeds[item, :target_len]
+        cond_hidden = self._timed("backbone", self.backbone, cond_embeds, batch.attention_mask[cond_rows])
+        uncond_hidden = self._timed("backbone", self.backbone, target_embeds,
+                                    batch.attention_mask[uncond_rows, :, :longest, :longest])
         windows = np.zeros((2 * num_items, longest, cond_hidden.shape[-1]), dtype=cond_hidden.dtype)
         for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens)):
             windows[item, :target_len] = cond_hidden[item, cond_len - target_len:cond_len]

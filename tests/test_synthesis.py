@@ -163,6 +163,15 @@ def test_codes_depend_on_the_seed(tts):
     assert (first[0] != other[0]).any()
 
 
+def test_prompt_embeddings_are_not_carried_to_the_next_request(builds, tts):
+    """The prompt is embedded once per batch; a second request on the same engine must not reuse it."""
+    settings = GenerationSettings(num_step=8, **GREEDY)
+    our_codes(tts, SAMPLES[2:], settings, RandomNoise(0))  # leaves its prompt behind
+    after_other, _ = our_codes(tts, SAMPLES[:1], settings, RandomNoise(0))
+    fresh, _ = our_codes(OmniVoiceOnnx(builds.get(*FP32_BUILD), threads=1), SAMPLES[:1], settings, RandomNoise(0))
+    np.testing.assert_array_equal(after_other[0], fresh[0])
+
+
 def test_long_text_is_chunked_like_upstream(upstream, tts):
     settings = dict(num_step=8, **GREEDY)
     with recorded_codes(upstream) as calls:
