@@ -69,17 +69,31 @@ def test_int4_profile_quantizes_weights(builds):
 def test_int8_profile_runs_integer_kernels_and_stays_bidirectional(builds):
     folder = builds.get("cpu_int8")
     data = read_manifest(folder).data
-    assert data["precision"] == {"llm": "int8", "embeddings": "int4", "heads": "int8"}
+    assert data["precision"] == {"llm": "int8", "embeddings": "fp16", "heads": "int8"}
 
     def ops(name):
         return {n.op_type for n in onnx.load(str(folder / name)).graph.node}
 
-    assert "GatherBlockQuantized" in ops("audio_embeddings_encoder.onnx")
     for graph in ("llm_decoder.onnx", "audio_heads_decoder.onnx"):
         assert "MatMulInteger" in ops(graph) and "MatMul" not in ops(graph), graph
     result = run_script("eval.py", "--mode", "equiv", "--model_dir", folder)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "bidirectional" in result.stdout
+
+
+@pytest.mark.parametrize("profile", ["cpu_int8", "cpu_fp16"])
+def test_fp16_embedding_tables_are_looked_up_in_place(builds, profile, tmp_path):
+    """ORT's CPU provider must read rows from the fp16 tables, not cast whole tables to fp32 at load."""
+    graph = builds.get(profile) / "audio_embeddings_encoder.onnx"
+    tables = [t for t in onnx.load(str(graph)).graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]
+    assert len(tables) == 2  # text and audio embeddings
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "as_run.onnx")
+    options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "as_run.data")
+    ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    as_run = onnx.load(str(tmp_path / "as_run.onnx"), load_external_data=False)
+    readers = {t.name: [n.op_type for n in as_run.graph.node if t.name in n.input] for t in tables}
+    assert readers == {t.name: ["Gather"] for t in tables}
 
 
 def test_weights_live_in_external_data_files(builds):

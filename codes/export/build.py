@@ -19,6 +19,7 @@ from ..checkpoint import Checkpoint, load_omnivoice
 from ..errors import UserError
 from ..manifest import MANIFEST_NAME, write_manifest
 from ..profiles import Profile
+from .lookup_tables import lookup_tables_to_fp16
 from .olive_build import olive_export
 from .onnx_io import files_of, graph_io
 
@@ -117,7 +118,11 @@ def _build_backbone(request: BuildRequest, staging: Path, work: Path) -> dict:
     for spec, precision in ((specs.embeddings_spec(hidden), profile.embeddings_precision),
                             (specs.heads_spec(hidden), profile.heads_precision)):
         loader, dummy = OLIVE_ENTRY_POINTS[spec.key]
-        path = _timed(request, spec.key, olive_export, spec, ckpt.path, loader, dummy, precision, staging, work)
+        if spec.key == "audio_embeddings_encoder" and precision == "fp16":  # fp16 tables, fp32 maths
+            path = _timed(request, spec.key, olive_export, spec, ckpt.path, loader, dummy, "fp32", staging, work,
+                          transform=lookup_tables_to_fp16)
+        else:
+            path = _timed(request, spec.key, olive_export, spec, ckpt.path, loader, dummy, precision, staging, work)
         sub_models[spec.key] = _sub_model_entry(path, staging, precision, "olive")
 
     spec = specs.backbone_spec(hidden)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+
+import onnx
 
 from ..errors import UserError
 from ..specs import ONNX_OPSET, SubModelSpec
@@ -47,8 +50,9 @@ def olive_export(
     out_dir: Path,
     work_dir: Path,
     extra_passes: dict | None = None,
+    transform: Callable[[onnx.ModelProto], onnx.ModelProto] | None = None,
 ) -> Path:
-    """Run one Olive workflow and save its model as out_dir/spec.filename."""
+    """Run one Olive workflow (then `transform`, if given) and save its model as out_dir/spec.filename."""
     import olive
 
     run_dir = Path(work_dir) / spec.key
@@ -84,7 +88,8 @@ def olive_export(
     # A failed Olive pass only logs a warning, so the output itself is the check.
     if not produced.is_file():
         raise UserError(f"Olive produced no model for {spec.key} ({precision}); see the log above for the failing pass")
-    final = save_model(produced, Path(out_dir) / spec.filename)
+    model = onnx.load(str(produced))
+    final = save_model(transform(model) if transform else model, Path(out_dir) / spec.filename)
     shutil.rmtree(run_dir, ignore_errors=True)
     return final
 
