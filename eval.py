@@ -35,6 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     rtf.add_argument("--warmup", type=int, default=1)
     rtf.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every engine (default: all)")
     rtf.add_argument("--no-memory", action="store_true", help="skip the per-build peak-memory runs")
+    rtf.add_argument("--no-profile", action="store_true", help="skip the per-op profile of the first build's step")
     rtf.add_argument("--out", type=Path, default=Path("bench/results"), help="writes OUT.md and OUT.json")
     return parser.parse_args(argv)
 
@@ -64,7 +65,7 @@ def rtf(args) -> int:
         model_dirs=[args.model_dir, *args.compare], torch_checkpoint=torch_ckpt, torch_dtypes=args.torch_dtype,
         higgs_dir=args.higgs_dir, provider=args.provider,
         workload=args.workload, num_step=args.num_step, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
-        memory=not args.no_memory, out=args.out, command="python eval.py " + " ".join(sys.argv[1:]),
+        memory=not args.no_memory, profile=not args.no_profile, out=args.out, command="python eval.py " + " ".join(sys.argv[1:]),
     )
     report = benchmark(request, log=lambda line: print(line, file=sys.stderr))
     print(markdown(report))

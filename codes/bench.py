@@ -6,6 +6,7 @@ Peak memory is measured per engine in a fresh subprocess, alone.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import statistics
@@ -208,6 +209,35 @@ def peak_memory_mb(model_dir: Path, threads: int, workload: str, higgs_dir: Path
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
+def step_profile(model_dir: Path, case: Case, threads: int, provider: str = "cpu", steps: int = 3) -> dict:
+    """Where one decoding step of `case` goes, by graph and op type, from ONNX Runtime's profiler.
+
+    Runs `steps` + 1 steps and leaves out each graph's first call (allocator growth).
+    """
+    import tempfile
+
+    from .settings import GenerationSettings
+    from .synthesis import OmniVoiceOnnx
+
+    with tempfile.TemporaryDirectory() as folder:
+        tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads, profile_dir=Path(folder))
+        requests = tts.settle(list(case.texts), duration=list(case.seconds))
+        tts.generate_codes(requests, GenerationSettings(num_step=steps + 1, **DETERMINISTIC))
+        seconds: dict[tuple[str, str], float] = {}
+        graphs = {"audio_embeddings_encoder": tts.embeddings, "llm_decoder": tts.backbone.session,
+                  "audio_heads_decoder": tts.heads}
+        for graph, session in graphs.items():
+            events = json.loads(Path(session.end_profiling()).read_text())
+            first_end = min(e["ts"] + e["dur"] for e in events if e.get("name") == "model_run")
+            for e in events:
+                if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] > first_end:
+                    key = (graph, e["args"]["op_name"])
+                    seconds[key] = seconds.get(key, 0.0) + e["dur"] / 1e6
+    per_step = sorted(((g, op, t / steps) for (g, op), t in seconds.items()), key=lambda row: -row[2])
+    return {"case": case.name, "steps": steps,
+            "ops": [{"graph": g, "op": op, "s_per_step": t} for g, op, t in per_step]}
+
+
 def machine() -> dict:
     model = platform.processor()
     try:
@@ -255,6 +285,17 @@ def markdown(report: dict) -> str:
     if report.get("memory_mb"):
         lines += ["## Peak resident memory (one synthesis, fresh process)", "", "| engine | MB |", "|---|---|"]
         lines += [f"| {k} | {v:.0f} |" for k, v in report["memory_mb"].items()] + [""]
+    if report.get("step_profile"):
+        prof = report["step_profile"]
+        total = sum(row["s_per_step"] for row in prof["ops"])
+        lines += [f"## Where a decoding step goes: {prof['model']}, {prof['case']}", "",
+                  f"ONNX Runtime's profiler, kernel time per step (mean of {prof['steps']} steps): "
+                  f"{total:.3f} s in all.", "", "| graph | op | s/step | share |", "|---|---|---|---|"]
+        shown = [row for row in prof["ops"] if row["s_per_step"] >= 0.005 * total]
+        lines += [f"| {r['graph']} | {r['op']} | {r['s_per_step']:.3f} | {100 * r['s_per_step'] / total:.1f}% |"
+                  for r in shown]
+        rest = total - sum(r["s_per_step"] for r in shown)
+        lines += [f"| (other ops) | | {rest:.3f} | {100 * rest / total:.1f}% |", ""]
     if report.get("agreement"):
         lines += [f"## Token agreement with {report['reference']}", "", "| engine | " + " | ".join(cases) + " |",
                   "|---|" + "---|" * len(cases)]
@@ -290,6 +331,7 @@ class BenchRequest:
     warmup: int = 1
     threads: int = 2
     memory: bool = True
+    profile: bool = True  # the per-op profile of one step of the first build
     out: Path = Path("bench/results")
     command: str = ""
 
@@ -309,6 +351,10 @@ def benchmark(request: BenchRequest, log=print) -> dict:
         "machine": machine(), "results": results,
         "reference": reference, "agreement": token_agreement(results, reference) if reference else {},
     }
+    if request.profile:
+        main = next(e for e in engines if e.kind == "onnx")
+        report["step_profile"] = {"model": main.name, **step_profile(
+            main.model_dir, workload_cases(request.workload)[0], request.threads, request.provider)}
     if request.memory:
         report["memory_mb"] = {e.name: peak_memory_mb(e.model_dir, request.threads, request.workload, e.higgs_dir)
                                for e in engines if e.kind == "onnx"}

@@ -33,16 +33,25 @@ def providers_for(provider: str) -> list[str]:
     return wanted
 
 
-def make_session(path: Path, provider: str = "cpu", threads: int | None = None) -> ort.InferenceSession:
-    return open_session(path, providers_for(provider), threads)
+def make_session(path: Path, provider: str = "cpu", threads: int | None = None,
+                 profile_dir: Path | None = None) -> ort.InferenceSession:
+    return open_session(path, providers_for(provider), threads, profile_dir)
 
 
-def open_session(path: Path, providers: list[str] | None = None, threads: int | None = None) -> ort.InferenceSession:
+def open_session(path: Path, providers: list[str] | None = None, threads: int | None = None,
+                 profile_dir: Path | None = None) -> ort.InferenceSession:
+    """threads None: ONNX Runtime's default, one intra-op thread per physical core.
+
+    profile_dir: ONNX Runtime's profiler writes one JSON per session there (see end_profiling).
+    """
     options = ort.SessionOptions()
     options.log_severity_level = 3  # fp16 graphs log a constant-folding warning per layer
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+    if profile_dir is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(profile_dir) / Path(path).stem)
     try:
         return ort.InferenceSession(str(path), sess_options=options, providers=providers or ["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs

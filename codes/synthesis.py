@@ -74,7 +74,8 @@ class Request:
 
 class OmniVoiceOnnx:
     def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str = "cpu",
-                 threads: int | None = None):
+                 threads: int | None = None, profile_dir: Path | None = None):
+        """profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.bench reads it)."""
         self.manifest = read_manifest(model_dir)
         if not self.manifest.sub_models and self.manifest.higgs:
             raise UserError(
@@ -86,9 +87,9 @@ class OmniVoiceOnnx:
                 "rebuild it with optimize.py"
             )
         self.provider, self.threads = provider, threads
-        self.embeddings = make_session(self.manifest.path_of("audio_embeddings_encoder"), provider, threads)
+        self.embeddings = make_session(self.manifest.path_of("audio_embeddings_encoder"), provider, threads, profile_dir)
         llm_path = self.manifest.path_of("llm_decoder")
-        llm_session = make_session(llm_path, provider, threads)
+        llm_session = make_session(llm_path, provider, threads, profile_dir)
         # Checked before BackboneRunner, which would first ask a genai graph for its head size.
         mask_rank = {i.name: len(i.shape) for i in llm_session.get_inputs()}.get("attention_mask", 4)
         if mask_rank != 4:
@@ -97,7 +98,7 @@ class OmniVoiceOnnx:
                 "OmniVoice needs a bidirectional backbone: rebuild it with optimize.py"
             )
         self.backbone = BackboneRunner(llm_session)
-        self.heads = make_session(self.manifest.path_of("audio_heads_decoder"), provider, threads)
+        self.heads = make_session(self.manifest.path_of("audio_heads_decoder"), provider, threads, profile_dir)
         self.tokenizer = TextTokenizer.from_dir(self.manifest.folder)
         self.defaults = GenerationSettings.from_dict(self.manifest.data.get("decoding_defaults", {}))
         self._higgs_dir = Path(higgs_dir) if higgs_dir else None

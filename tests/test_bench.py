@@ -28,5 +28,12 @@ def test_rtf_benchmark_writes_side_by_side_results(builds, tmp_path):
     agreement = report["agreement"][f"ours cpu ({int4.name})"]
     assert all(0.0 <= share <= 1.0 for share in agreement.values())
     assert set(report["memory_mb"]) == {f"ours cpu ({int4.name})", f"ours cpu_fp32 ({fp32.name})"}
+    # Where the first build's step goes, from ONNX Runtime's profiler: all three graphs, attention included.
+    profile = report["step_profile"]
+    assert profile["model"] == f"ours cpu ({int4.name})"
+    ops = {(row["graph"], row["op"]) for row in profile["ops"] if row["s_per_step"] > 0}
+    assert {("llm_decoder", "GroupQueryAttention"), ("llm_decoder", "MatMulNBits"),
+            ("audio_heads_decoder", "MatMulNBits"), ("audio_embeddings_encoder", "GatherBlockQuantized")} <= ops
     markdown = out.with_suffix(".md").read_text()
+    assert "Where a decoding step goes" in markdown
     assert "step × vs torch fp32" in markdown and "Token agreement" in markdown and report["machine"]["cpu"] in markdown
