@@ -111,8 +111,9 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
     chained = heads_session.run(None, {"hidden_states": chained_hidden})[0]
     all_fp32 = llm_precision == embed_precision == heads_precision == "fp32"
     on_defined = defined[:, None, :].repeat(specs.NUM_CODEBOOKS, axis=1)  # [2B, 8, S]
-    rows.append(compare("end to end logits (3 graphs)", f"{embed_precision}/{llm_precision}/{heads_precision}", chained[on_defined],
-                        ref_logits[on_defined], all_fp32, argmax_axis=-1, abs_bound=10 * FP32_ABS_BOUND))
+    rows.append(compare("end to end logits (3 graphs)", f"{embed_precision}/{llm_precision}/{heads_precision}",
+                        chained[on_defined], ref_logits[on_defined], all_fp32, argmax_axis=-1,
+                        abs_bound=10 * FP32_ABS_BOUND))
     rows.append(probe_row(probe_bidirectional(backbone)))
     return rows
 
