@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from codes.errors import run_cli
+from codes.common.errors import run_cli
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.mode == "rtf":
         return rtf(args)
-    from codes.equiv import run_equivalence
+    from codes.checks.equiv import run_equivalence
 
     rows, table = run_equivalence(args.model_dir, args.source, args.provider)
     print(table)
@@ -57,8 +57,8 @@ def main(argv=None) -> int:
 
 
 def rtf(args) -> int:
-    from codes.bench import BenchRequest, benchmark, markdown
-    from codes.checkpoint import resolve_checkpoint
+    from codes.checks.bench import BenchRequest, benchmark, markdown
+    from codes.export.checkpoint import resolve_checkpoint
 
     torch_ckpt = resolve_checkpoint(args.torch).path if args.torch else None
     request = BenchRequest(

@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 
-from codes.errors import UserError, run_cli
+from codes.common.errors import UserError, run_cli
 
 
 def parse_args():
@@ -33,11 +33,11 @@ def parse_args():
 
 def main() -> int:
     args = parse_args()
-    from codes.codec import HiggsCodec
-    from codes.outputs import check_audio_output_path, check_output_path, load_codes, save_codes, write_audio
-    from codes.audio import read_audio
-    from codes.manifest import read_manifest
-    from codes.sessions import providers_for
+    from codes.runtime.codec import HiggsCodec
+    from codes.runtime.outputs import check_audio_output_path, check_output_path, load_codes, save_codes, write_audio
+    from codes.runtime.audio import read_audio
+    from codes.runtime.manifest import read_manifest
+    from codes.runtime.sessions import providers_for
 
     if bool(args.input) == bool(args.codes_in):
         raise UserError("give exactly one of --input (audio to encode) and --codes_in (codes to decode)")

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from codes.errors import UserError, run_cli
-from codes.settings import GenerationSettings
+from codes.common.errors import UserError, run_cli
+from codes.runtime.settings import GenerationSettings
 
 DEFAULTS = GenerationSettings()
 
@@ -58,10 +58,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from codes import jobs as job_io
-    from codes.decoding import RandomNoise
-    from codes.outputs import check_output_path, save_codes, write_audio
-    from codes.synthesis import OmniVoiceOnnx, Voice
+    from codes.runtime import jobs as job_io
+    from codes.runtime.decoding import RandomNoise
+    from codes.runtime.outputs import check_output_path, save_codes, write_audio
+    from codes.runtime.synthesis import OmniVoiceOnnx, Voice
 
     settings = DEFAULTS.replace(
         num_step=args.num_steps, guidance_scale=args.guidance_scale, t_shift=args.t_shift,

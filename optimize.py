@@ -12,9 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from codes.checkpoint import DEFAULT_HUB_ID
-from codes.errors import run_cli
-from codes.profiles import PROFILES
+from codes.export.checkpoint import DEFAULT_HUB_ID
+from codes.common.errors import run_cli
+from codes.export.profiles import PROFILES
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -37,9 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from codes.checkpoint import resolve_checkpoint
+    from codes.export.checkpoint import resolve_checkpoint
     from codes.export.build import BuildRequest, build
-    from codes.profiles import get_profile
+    from codes.export.profiles import get_profile
 
     profile = get_profile(args.device)
     output = args.output or Path(profile.default_output if not args.higgs_only else "models/higgs-" + args.higgs_precision)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from codes.checkpoint import load_omnivoice  # noqa: E402
+from codes.export.checkpoint import load_omnivoice  # noqa: E402
 from codes.export.wrappers import dummy_inputs, wrap  # noqa: E402
 
 

@@ -14,7 +14,7 @@ _MADE: dict = {}
 
 def tiny_codec_source(tmp_path_factory) -> Path:
     if "source" not in _MADE:
-        from codes.tiny_higgs import write_higgs_checkpoint
+        from codes.export.generated_higgs import write_higgs_checkpoint
 
         _MADE["source"] = write_higgs_checkpoint(tmp_path_factory.mktemp("higgs_source"), size="tiny", seed=0)
     return _MADE["source"]
@@ -24,8 +24,8 @@ def codec_build(tmp_path_factory, precision: str) -> tuple[Path, dict]:
     """(build folder with omnivoice_manifest.json, its "higgs" section), as --higgs-only lays it out."""
     if precision not in _MADE:
         from codes.export.higgs import build_higgs
-        from codes.manifest import write_manifest
-        from codes.specs import HIGGS_DIR
+        from codes.runtime.manifest import write_manifest
+        from codes.runtime.specs import HIGGS_DIR
 
         source = tiny_codec_source(tmp_path_factory)
         folder = tmp_path_factory.mktemp(f"higgs_{precision}")

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from codes.tiny_higgs import speech_like_signal
+from codes.export.generated_higgs import speech_like_signal
 
 # The codec in fp32 as well (--include-higgs alone gives fp16), so reference codes can equal upstream's.
 FP32_BUILD = ("cpu_fp32", "--include-higgs", "--higgs-precision", "fp32")

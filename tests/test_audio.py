@@ -1,4 +1,4 @@
-"""codes.audio against upstream's utils/audio.py (pydub), torchaudio resampling and post-processing."""
+"""codes.runtime.audio against upstream's utils/audio.py (pydub), torchaudio resampling and post-processing."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from upstream_twins import upstream_self
 from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 from omnivoice.utils import audio as upstream_audio
 
-from codes import audio
-from codes.errors import UserError
-from codes.settings import GenerationSettings
+from codes.runtime import audio
+from codes.common.errors import UserError
+from codes.runtime.settings import GenerationSettings
 
 SR = 24000
 

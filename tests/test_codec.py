@@ -1,4 +1,4 @@
-"""The ONNX Higgs codec (codes/export/higgs.py, codes/codec.py, codes/equiv_codec.py) on the tiny codec."""
+"""The ONNX Higgs codec (codes/export/higgs.py, codes/runtime/codec.py, codes/checks/equiv_codec.py) on the tiny codec."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pytest
 import soxr
 from codec_builds import codec_build, tiny_codec_source
 
-from codes.codec import HiggsCodec, check_files
-from codes.equiv_codec import FP16_MIN_SNR_DB, codec_equivalence, snr_db
-from codes.errors import UserError
-from codes.fileio import sha256_file
-from codes.specs import HIGGS_SPECS
-from codes.tiny_higgs import speech_like_signal
+from codes.runtime.codec import HiggsCodec, check_files
+from codes.checks.equiv_codec import FP16_MIN_SNR_DB, codec_equivalence, snr_db
+from codes.common.errors import UserError
+from codes.common.fileio import sha256_file
+from codes.runtime.specs import HIGGS_SPECS
+from codes.export.generated_higgs import speech_like_signal
 
 SR = 24000
 

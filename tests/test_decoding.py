@@ -1,4 +1,4 @@
-"""codes.decoding against upstream's decoding maths, piece by piece and over whole runs."""
+"""codes.runtime.decoding against upstream's decoding maths, piece by piece and over whole runs."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from omnivoice.models.omnivoice import (
     _gumbel_sample,
 )
 
-from codes import decoding
-from codes.prompt import build_cfg_batch, build_prompt
-from codes.settings import GenerationSettings
+from codes.runtime import decoding
+from codes.runtime.prompt import build_cfg_batch, build_prompt
+from codes.runtime.settings import GenerationSettings
 
 
 def _upstream_schedule(target_len, num_step, t_shift):

@@ -8,7 +8,7 @@ import soundfile
 from codec_builds import codec_build
 from conftest import last_error_line, run_script
 
-from codes.tiny_higgs import speech_like_signal
+from codes.export.generated_higgs import speech_like_signal
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,8 @@ import soundfile
 from conftest import ROOT, last_error_line, run_script
 from synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
 
-from codes.manifest import MANIFEST_NAME, read_manifest, write_manifest
-from codes.synthesis import OmniVoiceOnnx
+from codes.runtime.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from codes.runtime.synthesis import OmniVoiceOnnx
 
 FAST = ("--num_steps", "8", "--threads", "1", "--quiet")
 TEXT = "Hello there, how are you today?"
@@ -139,7 +139,7 @@ def test_runtime_path_never_imports_torch(model_dir, tmp_path):
     script = (
         "import sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "import codes.synthesis, codes.codec, inference\n"
+        "import codes.runtime.synthesis, codes.runtime.codec, inference\n"
         f"code = inference.main(['--model_dir', {str(model_dir)!r}, '--text', 'Hello.', '--num_steps', '4',\n"
         f"                       '--quiet', '--output', {str(tmp_path / 'out.wav')!r}])\n"
         "print(code, sorted(m for m in ('torch', 'torchaudio', 'transformers', 'omnivoice') if m in sys.modules))\n"
@@ -175,7 +175,7 @@ def broken_builds(model_dir, builds, tiny_checkpoint, tmp_path_factory):
         f.write(b"\x00" * 8)
     _rehash(copies["causal-manifest"], attention="causal")
     # The backbone as onnxruntime-genai writes it (2-D mask, causal) in place of ours, hashes made to match.
-    from codes.checkpoint import load_omnivoice
+    from codes.export.checkpoint import load_omnivoice
     from codes.export.llm_genai import build_genai_causal, write_standalone_llm
 
     hf_dir = write_standalone_llm(load_omnivoice(tiny_checkpoint.path), root / "hf")

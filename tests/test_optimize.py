@@ -9,8 +9,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from codes.errors import UserError
-from codes.manifest import MANIFEST_NAME, hash_files, read_manifest
+from codes.common.errors import UserError
+from codes.runtime.manifest import MANIFEST_NAME, hash_files, read_manifest
 from conftest import last_error_line, run_script
 
 PROFILES = ("cpu_fp32", "cpu", "cpu_fp16", "gpu")
@@ -121,7 +121,7 @@ def test_int4_build_is_reported_with_argmax_agreement(builds):
 
 
 def test_probe_fails_on_an_unpatched_genai_build(tiny_checkpoint, tmp_path):
-    from codes.checkpoint import load_omnivoice
+    from codes.export.checkpoint import load_omnivoice
     from codes.export.llm_genai import build_genai_causal, write_standalone_llm
 
     hf_dir = write_standalone_llm(load_omnivoice(tiny_checkpoint.path), tmp_path / "hf")
@@ -133,8 +133,8 @@ def test_probe_fails_on_an_unpatched_genai_build(tiny_checkpoint, tmp_path):
 
 
 def test_probe_passes_on_our_backbone_graph(builds):
-    from codes.probe import probe_bidirectional
-    from codes.sessions import BackboneRunner, make_session
+    from codes.checks.probe import probe_bidirectional
+    from codes.runtime.sessions import BackboneRunner, make_session
 
     result = probe_bidirectional(BackboneRunner(make_session(builds.get("cpu") / "llm_decoder.onnx")))
     assert result.bidirectional and result.max_change_before_last > 1e-3
@@ -160,7 +160,7 @@ def test_checkpoint_saved_by_upstream_save_pretrained_builds(tiny_checkpoint, tm
     from omnivoice.models.omnivoice import OmniVoice, OmniVoiceConfig
     from transformers import Qwen3Config
 
-    from codes.tokenizer_build import write_tokenizer_files
+    from codes.export.tokenizer_build import write_tokenizer_files
 
     torch.manual_seed(1)
     llm = Qwen3Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
@@ -182,7 +182,7 @@ def test_cached_hub_id_resolves_offline(tiny_checkpoint, tmp_path):
     shutil.copytree(tiny_checkpoint.path, snapshot)
     (tmp_path / "hub" / "models--k2-fsa--OmniVoice" / "refs").mkdir()
     (tmp_path / "hub" / "models--k2-fsa--OmniVoice" / "refs" / "main").write_text("0123abcd")
-    code = ("from codes.checkpoint import resolve_checkpoint; c = resolve_checkpoint('k2-fsa/OmniVoice'); "
+    code = ("from codes.export.checkpoint import resolve_checkpoint; c = resolve_checkpoint('k2-fsa/OmniVoice'); "
             "print(c.path, c.identity['kind'], c.identity['revision'])")
     import subprocess
     import sys
@@ -238,7 +238,7 @@ def test_existing_build_needs_overwrite(builds, tmp_path):
 
 def test_interrupted_build_leaves_the_old_build_intact(builds, tiny_checkpoint, tmp_path, monkeypatch):
     from codes.export import build as build_module
-    from codes.profiles import get_profile
+    from codes.export.profiles import get_profile
 
     out = tmp_path / "out"
     shutil.copytree(builds.get("cpu_fp32"), out)

@@ -8,8 +8,8 @@ import pytest
 
 from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
-from codes.errors import UserError
-from codes.settings import GenerationSettings
+from codes.common.errors import UserError
+from codes.runtime.settings import GenerationSettings
 
 
 def test_defaults_equal_upstream_generation_config():

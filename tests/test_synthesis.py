@@ -20,9 +20,9 @@ from upstream_twins import RecordingNoise, ReplayedRandLike
 
 from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
 
-from codes.decoding import RandomNoise
-from codes.settings import GenerationSettings
-from codes.synthesis import OmniVoiceOnnx
+from codes.runtime.decoding import RandomNoise
+from codes.runtime.settings import GenerationSettings
+from codes.runtime.synthesis import OmniVoiceOnnx
 
 # (text, language, instruct): three scripts and lengths, a non-verbal tag, voice design.
 SAMPLES = [

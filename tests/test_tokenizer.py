@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from codes.errors import UserError
-from codes.text_tokenizer import TextTokenizer
-from codes.tokenizer_build import (
+from codes.common.errors import UserError
+from codes.runtime.text_tokenizer import TextTokenizer
+from codes.export.tokenizer_build import (
     MERGE_COUNT,
     OMNIVOICE_SPECIAL_TOKENS,
     QWEN3_ADDED_TOKENS,
@@ -163,6 +163,6 @@ def test_missing_or_broken_file_raises_user_error(tmp_path):
 
 
 def test_runtime_tokenizer_imports_neither_torch_nor_transformers():
-    probe = "import sys, codes.text_tokenizer; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    probe = "import sys, codes.runtime.text_tokenizer; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

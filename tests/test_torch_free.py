@@ -8,13 +8,13 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RUNTIME_MODULES = [
-    "codes.text",
-    "codes.voice_design",
-    "codes.duration",
-    "codes.settings",
-    "codes.prompt",
-    "codes.decoding",
-    "codes.audio",
+    "codes.runtime.text",
+    "codes.runtime.voice_design",
+    "codes.runtime.duration",
+    "codes.runtime.settings",
+    "codes.runtime.prompt",
+    "codes.runtime.decoding",
+    "codes.runtime.audio",
 ]
 FORBIDDEN = ["torch", "torchaudio", "transformers", "omnivoice", "pydub", "librosa"]
 
@@ -23,7 +23,7 @@ def test_runtime_modules_import_without_torch():
     script = (
         "import sys\n"
         f"for name in {RUNTIME_MODULES!r}: __import__(name)\n"
-        "import codes.audio as audio, numpy as np\n"
+        "import codes.runtime.audio as audio, numpy as np\n"
         "audio.remove_silence(np.zeros(2400, np.float32), 24000)\n"
         f"print(sorted(m for m in {FORBIDDEN!r} if m in sys.modules))\n"
     )

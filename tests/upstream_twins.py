@@ -22,7 +22,7 @@ warnings.filterwarnings("ignore", message="Couldn't find ffmpeg or avconv")
 import torch  # noqa: E402
 from omnivoice.models.omnivoice import OmniVoice  # noqa: E402
 
-from codes.specs import AUDIO_MASK_ID, AUDIO_VOCAB_SIZE, NUM_CODEBOOKS, SAMPLE_RATE  # noqa: E402
+from codes.runtime.specs import AUDIO_MASK_ID, AUDIO_VOCAB_SIZE, NUM_CODEBOOKS, SAMPLE_RATE  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -151,7 +151,7 @@ _TOKENIZERS: dict[str, object] = {}
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory) -> Path:
     if "dir" not in _TOKENIZERS:
-        from codes.tokenizer_build import write_tokenizer_files
+        from codes.export.tokenizer_build import write_tokenizer_files
 
         _TOKENIZERS["dir"] = tmp_path_factory.mktemp("omnivoice_tokenizer")
         write_tokenizer_files(_TOKENIZERS["dir"])
@@ -160,7 +160,7 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def text_tokenizer(tokenizer_dir):
-    from codes.text_tokenizer import TextTokenizer
+    from codes.runtime.text_tokenizer import TextTokenizer
 
     return TextTokenizer.from_dir(tokenizer_dir)
 
@@ -169,7 +169,7 @@ def text_tokenizer(tokenizer_dir):
 def hf_tokenizer(tokenizer_dir):
     """The same files through transformers, as upstream's `text_tokenizer` attribute."""
     if "hf" not in _TOKENIZERS:
-        from codes.tokenizer_build import load_with_transformers
+        from codes.export.tokenizer_build import load_with_transformers
 
         _TOKENIZERS["hf"] = load_with_transformers(tokenizer_dir)
     return _TOKENIZERS["hf"]

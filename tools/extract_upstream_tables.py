@@ -1,8 +1,8 @@
-"""Write upstream omnivoice's data tables to codes/data/*.json.
+"""Write upstream omnivoice's data tables to codes/runtime/data/*.json.
 
 Run with the build environment (it imports omnivoice, hence torch):
 
-    python tools/extract_upstream_tables.py [--out codes/data]
+    python tools/extract_upstream_tables.py [--out codes/runtime/data]
 
 The runtime reads only the JSON; tests/test_*.py assert the JSON still equals
 what the installed omnivoice holds, so re-run this after upgrading omnivoice.
@@ -83,7 +83,7 @@ TABLES = {
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "codes" / "data")
+    parser.add_argument("--out", type=Path, default=REPO / "codes" / "runtime" / "data")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for name, build in TABLES.items():

@@ -14,14 +14,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import specs
-from ..checkpoint import Checkpoint, load_omnivoice
-from ..errors import UserError
-from ..manifest import MANIFEST_NAME, write_manifest
-from ..profiles import Profile
-from .lookup_tables import lookup_tables_to_fp16
-from .olive_build import olive_export
-from .onnx_io import files_of, graph_io
+from codes.runtime import specs
+from codes.export.checkpoint import Checkpoint, load_omnivoice
+from codes.common.errors import UserError
+from codes.runtime.manifest import MANIFEST_NAME, write_manifest
+from codes.export.profiles import Profile
+from codes.export.lookup_tables import lookup_tables_to_fp16
+from codes.export.olive_build import olive_export
+from codes.export.onnx_io import files_of, graph_io
 
 # Olive loaders and dummy-input functions in user_script.py, per sub-model.
 OLIVE_ENTRY_POINTS = {
@@ -127,7 +127,7 @@ def _build_backbone(request: BuildRequest, staging: Path, work: Path) -> dict:
 
     spec = specs.backbone_spec(hidden)
     if request.llm_method == "genai":
-        from .llm_genai import build_llm_genai
+        from codes.export.llm_genai import build_llm_genai
 
         omnivoice = load_omnivoice(ckpt.path)
         path = _timed(request, spec.key, build_llm_genai, omnivoice, staging, work,
@@ -153,7 +153,7 @@ def _build_backbone(request: BuildRequest, staging: Path, work: Path) -> dict:
 
 
 def _build_higgs(request: BuildRequest, staging: Path) -> dict:
-    from .higgs import build_higgs
+    from codes.export.higgs import build_higgs
 
     section = _timed(request, "higgs", build_higgs, request.checkpoint.higgs_path,
                      staging / specs.HIGGS_DIR, request.higgs_precision)
@@ -176,8 +176,8 @@ def _sub_model_entry(path: Path, folder: Path, precision: str, built_with: str) 
 
 
 def _special_tokens(folder: Path) -> dict[str, int]:
-    from ..text_tokenizer import TextTokenizer
-    from ..tokenizer_build import OMNIVOICE_SPECIAL_TOKENS
+    from codes.runtime.text_tokenizer import TextTokenizer
+    from codes.export.tokenizer_build import OMNIVOICE_SPECIAL_TOKENS
 
     tokenizer = TextTokenizer.from_dir(folder)
     return {token: tokenizer.token_id(token) for token in OMNIVOICE_SPECIAL_TOKENS}
@@ -196,7 +196,7 @@ def _model_facts(config: dict) -> dict:
 
 
 def _describe(request: BuildRequest) -> dict:
-    from ..settings import GenerationSettings
+    from codes.runtime.settings import GenerationSettings
 
     profile = request.profile
     ckpt_id = request.checkpoint.identity

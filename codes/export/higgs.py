@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..specs import (
+from codes.runtime.specs import (
     ACOUSTIC_ENCODER,
     CODEBOOK_SIZE,
     HIGGS_DECODER,
@@ -262,9 +262,9 @@ def build_higgs(source_audio_tokenizer_dir, out_dir, precision: str = "fp16", wo
     """Export the four codec graphs into `out_dir`; return the manifest's "higgs" section."""
     import tempfile
 
-    from ..fileio import sha256_file
-    from .olive_build import olive_export
-    from .onnx_io import graph_io
+    from codes.common.fileio import sha256_file
+    from codes.export.olive_build import olive_export
+    from codes.export.onnx_io import graph_io
 
     if precision not in PRECISIONS:
         raise ValueError(f"codec precision {precision!r} is not one of {', '.join(PRECISIONS)} (never int4)")

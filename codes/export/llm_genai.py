@@ -10,8 +10,8 @@ from pathlib import Path
 
 import onnx
 
-from .bidirectional import make_bidirectional
-from .onnx_io import save_model
+from codes.export.bidirectional import make_bidirectional
+from codes.export.onnx_io import save_model
 
 # int4 is the builder's MatMulNBits (accuracy_level 4 on CPU). int8 is built in fp32 and then
 # quantized dynamically (MatMulInteger: int8 weights, uint8 activations): the builder's own int8

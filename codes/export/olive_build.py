@@ -9,9 +9,9 @@ from pathlib import Path
 
 import onnx
 
-from ..errors import UserError
-from ..specs import ONNX_OPSET, SubModelSpec
-from .onnx_io import save_model
+from codes.common.errors import UserError
+from codes.runtime.specs import ONNX_OPSET, SubModelSpec
+from codes.export.onnx_io import save_model
 
 USER_SCRIPT = Path(__file__).resolve().parents[2] / "user_script.py"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..specs import AUDIO_VOCAB_SIZE, NUM_CODEBOOKS
+from codes.runtime.specs import AUDIO_VOCAB_SIZE, NUM_CODEBOOKS
 
 
 class AudioEmbeddingsEncoder(nn.Module):

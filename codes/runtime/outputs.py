@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import UserError
-from .fileio import atomic_path
+from codes.common.errors import UserError
+from codes.common.fileio import atomic_path
 
 
 def check_output_path(path, what: str = "output") -> Path:

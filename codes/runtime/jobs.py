@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UserError
+from codes.common.errors import UserError
 
 JOB_KEYS = {"text", "output", "language", "instruct", "duration", "speed"}
 NUMBER_KEYS = {"duration", "speed"}

@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UserError
-from .fileio import sha256_file
+from codes.common.errors import UserError
+from codes.common.fileio import sha256_file
 
 DEFAULT_HUB_ID = "k2-fsa/OmniVoice"
 GENERATED = ("tiny-random", "full-random")
@@ -93,7 +93,7 @@ def identity_of(path: Path) -> dict:
 def resolve_checkpoint(model: str, need_backbone: bool = True, need_higgs: bool = False) -> Checkpoint:
     """Turn --model into a checked local folder. Generated models are made (once) in the cache."""
     if model in GENERATED:
-        from .tiny import generated_checkpoint
+        from codes.export.generated import generated_checkpoint
 
         ckpt = generated_checkpoint(model)
     elif Path(model).exists():

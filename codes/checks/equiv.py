@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import specs
-from .probe import ProbeResult
+from codes.runtime import specs
+from codes.checks.probe import ProbeResult
 
 # fp32 hidden states must match upstream to 1e-4 (issue #2); lower precisions are reported.
 FP32_ABS_BOUND = 1e-4
@@ -54,7 +54,7 @@ def probe_row(result: ProbeResult, check: str = "bidirectionality probe") -> Row
 
 def padded_cfg_batch(text_vocab: int, seed: int = 0, cond_lens=(23, 15), target_lens=(9, 6), ref_lens=(5, 0)):
     """Random prompt-shaped inputs laid out as upstream's CFG batch (2B rows, padded, 4-D mask)."""
-    from .prompt import build_cfg_batch
+    from codes.runtime.prompt import build_cfg_batch
 
     rng = np.random.default_rng(seed)
     items = []
@@ -77,9 +77,9 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
     """Compare the three backbone graphs of an omnivoice-onnx build with upstream on a padded CFG batch."""
     import torch
 
-    from .checkpoint import load_omnivoice
-    from .probe import probe_bidirectional
-    from .sessions import BackboneRunner, make_session
+    from codes.export.checkpoint import load_omnivoice
+    from codes.checks.probe import probe_bidirectional
+    from codes.runtime.sessions import BackboneRunner, make_session
 
     model = load_omnivoice(Path(source))
     precision = manifest.data.get("precision", {})
@@ -149,9 +149,9 @@ def _head_dim_from_graph(path: Path) -> int | None:
 
 def foreign_backbone_rows(folder: Path, provider: str = "cpu") -> list[Row]:
     """A folder that is not ours (no omnivoice-onnx manifest): find its backbone and probe it."""
-    from .errors import UserError
-    from .sessions import BackboneRunner, genai_head_dim, make_session
-    from .probe import probe_bidirectional
+    from codes.common.errors import UserError
+    from codes.runtime.sessions import BackboneRunner, genai_head_dim, make_session
+    from codes.checks.probe import probe_bidirectional
 
     path = next((Path(folder) / n for n in FOREIGN_BACKBONE_NAMES if (Path(folder) / n).is_file()), None)
     if path is None:
@@ -164,14 +164,14 @@ def foreign_backbone_rows(folder: Path, provider: str = "cpu") -> list[Row]:
 
 def source_of(manifest, source: str | None) -> Path:
     """--source, else the checkpoint the manifest names (generated ones are regenerated on demand)."""
-    from .checkpoint import resolve_checkpoint
-    from .errors import UserError
+    from codes.export.checkpoint import resolve_checkpoint
+    from codes.common.errors import UserError
 
     if source:
         return resolve_checkpoint(source, need_backbone=False).path
     recorded = manifest.data.get("source", {})
     if recorded.get("kind") in ("tiny-random", "full-random"):
-        from .tiny import generated_checkpoint
+        from codes.export.generated import generated_checkpoint
 
         return generated_checkpoint(recorded["kind"], seed=recorded.get("seed", 0)).path
     path = recorded.get("path")
@@ -181,7 +181,7 @@ def source_of(manifest, source: str | None) -> Path:
 
 
 def run_equivalence(folder: Path, source: str | None, provider: str = "cpu") -> tuple[list[Row], str]:
-    from .manifest import MANIFEST_NAME, read_manifest
+    from codes.runtime.manifest import MANIFEST_NAME, read_manifest
 
     folder = Path(folder)
     if not (folder / MANIFEST_NAME).is_file() or '"omnivoice-onnx"' not in (folder / MANIFEST_NAME).read_text():
@@ -193,7 +193,7 @@ def run_equivalence(folder: Path, source: str | None, provider: str = "cpu") -> 
     if manifest.sub_models:
         rows += backbone_equivalence(folder, manifest, source_path, provider)
     if manifest.higgs:
-        from .equiv_codec import codec_equivalence
+        from codes.checks.equiv_codec import codec_equivalence
 
         rows += codec_equivalence(manifest.higgs_folder(), manifest.higgs, source_path / specs.HIGGS_DIR)
     title = f"{folder} ({manifest.data.get('profile')}) vs upstream {source_path}"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .sessions import BackboneRunner
+from codes.runtime.sessions import BackboneRunner
 
 # A causal graph gives exactly 0; a bidirectional one moves earlier positions by O(1e-2) or more.
 RELATIVE_THRESHOLD = 1e-5

@@ -30,9 +30,9 @@ from typing import Protocol
 
 import numpy as np
 
-from codes.prompt import CfgBatch
-from codes.settings import GenerationSettings
-from codes.specs import AUDIO_MASK_ID
+from codes.runtime.prompt import CfgBatch
+from codes.runtime.settings import GenerationSettings
+from codes.runtime.specs import AUDIO_MASK_ID
 
 LogitsFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 TargetLogits = list[tuple[np.ndarray, np.ndarray]]

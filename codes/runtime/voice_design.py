@@ -13,9 +13,9 @@ import difflib
 import logging
 import re
 
-from codes.data import load_table
-from codes.errors import UserError
-from codes.text import contains_chinese
+from codes.runtime.data import load_table
+from codes.common.errors import UserError
+from codes.runtime.text import contains_chinese
 
 logger = logging.getLogger(__name__)
 

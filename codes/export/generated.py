@@ -18,8 +18,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .cache import cache_dir
-from .checkpoint import Checkpoint
+from codes.common.cache import cache_dir
+from codes.export.checkpoint import Checkpoint
 
 GENERATOR_VERSION = 2  # bump whenever the generated weights change (tiny.py or tiny_higgs.py)
 
@@ -83,8 +83,8 @@ def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0)
     import torch
     from omnivoice.models.omnivoice import OmniVoice, OmniVoiceConfig
 
-    from .tiny_higgs import write_higgs_checkpoint
-    from .tokenizer_build import write_tokenizer_files
+    from codes.export.generated_higgs import write_higgs_checkpoint
+    from codes.export.tokenizer_build import write_tokenizer_files
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__
-from .errors import UserError
-from .fileio import sha256_file, write_json_atomic
+from codes import __version__
+from codes.common.errors import UserError
+from codes.common.fileio import sha256_file, write_json_atomic
 
 MANIFEST_NAME = "omnivoice_manifest.json"
 FORMAT = "omnivoice-onnx"

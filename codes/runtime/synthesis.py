@@ -15,19 +15,19 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import audio as audio_ops
-from .decoding import NoiseSource, RandomNoise, iterative_decode
-from .duration import estimate_target_tokens, resolve_target_len
-from .errors import UserError
-from .fileio import atomic_path
-from .manifest import read_manifest
-from .prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
-from .sessions import BackboneRunner, make_session, providers_for
-from .settings import GenerationSettings
-from .specs import FRAME_RATE, SAMPLE_RATE
-from .text import add_punctuation, chunk_long_text, contains_chinese
-from .text_tokenizer import TextTokenizer
-from .voice_design import resolve_instruct, resolve_language
+from codes.runtime import audio as audio_ops
+from codes.runtime.decoding import NoiseSource, RandomNoise, iterative_decode
+from codes.runtime.duration import estimate_target_tokens, resolve_target_len
+from codes.common.errors import UserError
+from codes.common.fileio import atomic_path
+from codes.runtime.manifest import read_manifest
+from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
+from codes.runtime.sessions import BackboneRunner, make_session, providers_for
+from codes.runtime.settings import GenerationSettings
+from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
+from codes.runtime.text import add_punctuation, chunk_long_text, contains_chinese
+from codes.runtime.text_tokenizer import TextTokenizer
+from codes.runtime.voice_design import resolve_instruct, resolve_language
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class Request:
 class OmniVoiceOnnx:
     def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str = "cpu",
                  threads: int | None = None, profile_dir: Path | None = None):
-        """profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.bench reads it)."""
+        """profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.checks.bench reads it)."""
         self.manifest = read_manifest(model_dir)
         if not self.manifest.sub_models and self.manifest.higgs:
             raise UserError(
@@ -112,7 +112,7 @@ class OmniVoiceOnnx:
     @property
     def codec(self):
         if self._codec is None:
-            from .codec import HiggsCodec
+            from codes.runtime.codec import HiggsCodec
 
             if self._higgs_dir is not None:
                 higgs = read_manifest(self._higgs_dir)

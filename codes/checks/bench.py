@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .fileio import atomic_path, write_json_atomic
-from .specs import FRAME_RATE
+from codes.common.fileio import atomic_path, write_json_atomic
+from codes.runtime.specs import FRAME_RATE
 
 TEXT_10S = ("The old lighthouse keeper climbed the spiral stairs every evening, counting each of the one hundred "
             "and twelve steps, and lit the lamp that guided the fishing boats safely home through the fog.")
@@ -70,7 +70,7 @@ NOT_STEPS = {"prompt", "codec", "post-processing", "codec + post-processing"}
 
 class OnnxEngine:
     def __init__(self, model_dir: Path, threads: int, provider: str = "cpu", higgs_dir: Path | None = None):
-        from .synthesis import OmniVoiceOnnx
+        from codes.runtime.synthesis import OmniVoiceOnnx
 
         self.model_dir, self.higgs_dir = Path(model_dir), higgs_dir
         self.tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=provider, threads=threads)
@@ -195,8 +195,8 @@ def peak_memory_mb(model_dir: Path, threads: int, workload: str, higgs_dir: Path
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report its parent's peak.
     code = (
         "import re, sys; sys.path.insert(0, sys.argv[1]);"
-        "from codes.bench import OnnxEngine, WORKLOADS;"
-        "from codes.bench import Case;"
+        "from codes.checks.bench import OnnxEngine, WORKLOADS;"
+        "from codes.checks.bench import Case;"
         "engine = OnnxEngine(sys.argv[2], int(sys.argv[3]), higgs_dir=sys.argv[5] or None);"
         "case = WORKLOADS[sys.argv[4]][0];"
         "engine.run(Case(case.name, case.texts, case.seconds, num_step=2));"
@@ -216,8 +216,8 @@ def step_profile(model_dir: Path, case: Case, threads: int, provider: str = "cpu
     """
     import tempfile
 
-    from .settings import GenerationSettings
-    from .synthesis import OmniVoiceOnnx
+    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.synthesis import OmniVoiceOnnx
 
     with tempfile.TemporaryDirectory() as folder:
         tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads, profile_dir=Path(folder))

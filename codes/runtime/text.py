@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from codes.data import load_table
+from codes.runtime.data import load_table
 
 _RULES = load_table("text_rules")
 SPLIT_PUNCTUATION = frozenset(_RULES["split_punctuation"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import UserError
+from codes.common.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ import os
 
 import numpy as np
 
-from codes.errors import UserError
-from codes.settings import GenerationSettings
-from codes.specs import HOP_LENGTH, SAMPLE_RATE
+from codes.common.errors import UserError
+from codes.runtime.settings import GenerationSettings
+from codes.runtime.specs import HOP_LENGTH, SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
 

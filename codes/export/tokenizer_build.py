@@ -16,8 +16,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from codes.cache import cache_dir
-from codes.errors import UserError
+from codes.common.cache import cache_dir
+from codes.common.errors import UserError
 
 # Bump when the tokenizer.json layout changes, so cached builds are not reused.
 TOKENIZER_VERSION = "qwen3-omnivoice-1"

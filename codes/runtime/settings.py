@@ -10,7 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from codes.errors import UserError
+from codes.common.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from codes.errors import UserError
+from codes.common.errors import UserError
 
 
 class TextTokenizer:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .codec import HiggsCodec
-from .equiv import FP32_ABS_BOUND, Row
-from .tiny_higgs import speech_like_signal
+from codes.runtime.codec import HiggsCodec
+from codes.checks.equiv import FP32_ABS_BOUND, Row
+from codes.export.generated_higgs import speech_like_signal
 
 # fp16 decoded audio against fp32 upstream (issue #3).
 FP16_MIN_SNR_DB = 40.0

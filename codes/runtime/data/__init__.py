@@ -11,6 +11,6 @@ DATA_DIR = Path(__file__).resolve().parent
 
 @cache
 def load_table(name: str) -> dict:
-    """The parsed `codes/data/<name>.json`; cached, so treat it as read-only."""
+    """The parsed `codes/runtime/data/<name>.json`; cached, so treat it as read-only."""
     with open(DATA_DIR / f"{name}.json", encoding="utf-8") as f:
         return json.load(f)
