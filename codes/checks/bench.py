@@ -75,8 +75,11 @@ class OnnxEngine:
         self.model_dir, self.higgs_dir = Path(model_dir), higgs_dir
         self.tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=provider, threads=threads)
         data = self.tts.manifest.data
-        self.name = f"ours {data.get('profile')} ({self.model_dir.name})"
-        self.kind = "onnx"
+        self.kind, self.profile = "onnx", data.get("profile")
+        # One word when the three backbone graphs agree ("fp32"), else embeddings/llm/heads as equiv prints it.
+        graphs = [data.get("precision", {}).get(k, "?") for k in ("embeddings", "llm", "heads")]
+        self.precision = graphs[0] if len(set(graphs)) == 1 else "/".join(graphs)
+        self.name = f"ours {self.profile} ({self.model_dir.name})"  # display only
 
     def run(self, case: Case, seed: int = 0) -> dict:
         self.tts.timings.clear()
@@ -97,8 +100,8 @@ class TorchEngine:
         self.dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
         self.model = OmniVoice.from_pretrained(str(checkpoint), attn_implementation="sdpa", dtype=self.dtype).eval()
         self.model.audio_tokenizer.float()  # upstream keeps its codec in fp32
-        self.name = f"upstream torch {dtype}"
-        self.kind = "torch"
+        self.kind, self.precision, self.profile = "torch", dtype, None
+        self.name = f"upstream torch {dtype}"  # display only
 
     def run(self, case: Case, seed: int = 0) -> dict:
         """upstream `generate` for short texts, stage by stage: the same calls in the same order."""
@@ -119,6 +122,26 @@ class TorchEngine:
         stages = {"prompt": prompt_done - clock, "decoding steps": steps_done - prompt_done,
                   "codec + post-processing": end - steps_done}
         return {"total": end - clock, "stages": stages, "codes": [t.numpy() for t in tokens]}
+
+
+def describe(engine) -> dict:
+    """The fields that identify an engine; its name is for display."""
+    return {"kind": engine.kind, "precision": engine.precision, "profile": engine.profile}
+
+
+def reference_engine(engines: dict[str, dict]) -> str | None:
+    """Agreement is measured against upstream fp32 when it ran, else against our fp32 build."""
+    for kind in ("torch", "onnx"):
+        for name, fields in engines.items():
+            if fields["kind"] == kind and fields["precision"] == "fp32":
+                return name
+    return None
+
+
+def torch_baselines(engines: dict[str, dict]) -> dict[str, str]:
+    """Upstream engines the step time is compared with: dtype -> engine name, fp32 first."""
+    found = {fields["precision"]: name for name, fields in engines.items() if fields["kind"] == "torch"}
+    return {dtype: found[dtype] for dtype in ("fp32", "bf16") if dtype in found}
 
 
 def make_engines(model_dirs, torch_checkpoint, torch_dtypes, threads: int, provider: str = "cpu", higgs_dir=None):
@@ -202,7 +225,7 @@ def peak_memory_mb(model_dir: Path, threads: int, workload: str, higgs_dir: Path
         "engine.run(Case(case.name, case.texts, case.seconds, num_step=2));"
         "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
     )
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # the repository root, which holds codes/
     out = subprocess.run([sys.executable, "-c", code, str(root), str(model_dir), str(threads), workload,
                           str(higgs_dir or "")],
                          capture_output=True, text=True, check=True)
@@ -263,7 +286,7 @@ def markdown(report: dict) -> str:
              "one identical full-sequence forward, so it does not depend on the step count.", ""]
     engines = list(report["results"])
     cases = list(next(iter(report["results"].values())))
-    baseline = {d: f"upstream torch {d}" for d in ("fp32", "bf16") if f"upstream torch {d}" in engines}
+    baseline = torch_baselines(report.get("engines", {}))
     for case in cases:
         columns = ["engine", "steps", "total s (min–max)", "s/step", "RTF"] + [f"step × vs torch {d}" for d in baseline]
         lines += [f"## {case}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -312,7 +335,7 @@ def write_report(report: dict, out: Path) -> tuple[Path, Path]:
         for entry in cases.values():
             entry.pop("codes", None)
     json_path, md_path = out.with_suffix(".json"), out.with_suffix(".md")
-    write_json_atomic(json_path, report)
+    write_json_atomic(json_path, {k: v for k, v in report.items() if k != "engines"})
     with atomic_path(md_path) as tmp:
         tmp.write_text(markdown(report), encoding="utf-8")
     return json_path, md_path
@@ -341,15 +364,15 @@ def benchmark(request: BenchRequest, log=print) -> dict:
                            provider=request.provider, higgs_dir=request.higgs_dir)
     results = run_benchmark(engines, workload_cases(request.workload, request.num_step), request.repeats,
                             request.warmup, log)
-    # Agreement is measured against upstream fp32 when it ran, else against our fp32 build.
-    reference = next((e.name for e in engines if e.name == "upstream torch fp32"), None) or next(
-        (e.name for e in engines if e.kind == "onnx" and "cpu_fp32" in e.name), None)
+    described = {e.name: describe(e) for e in engines}
+    reference = reference_engine(described)
     report = {
         "workload": request.workload, "num_step": request.num_step or "as named", "command": request.command,
         "threads": request.threads, "provider": request.provider,
         "repeats": request.repeats, "warmup": request.warmup, "date": time.strftime("%Y-%m-%d"),
         "machine": machine(), "results": results,
         "reference": reference, "agreement": token_agreement(results, reference) if reference else {},
+        "engines": described,  # what markdown() reads to pick baselines; not written to the JSON
     }
     if request.profile:
         main = next(e for e in engines if e.kind == "onnx")

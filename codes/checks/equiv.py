@@ -6,50 +6,19 @@ Every comparison feeds both sides the same inputs, including a padded CFG batch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
 from pathlib import Path
 
 import numpy as np
 
+from codes.checks.equiv_codec import codec_equivalence
+from codes.checks.foreign import foreign_backbone_rows
+from codes.checks.probe import probe_bidirectional
+from codes.checks.report import FP32_ABS_BOUND, Row, compare, format_table, probe_row
+from codes.common.errors import UserError
 from codes.runtime import specs
-from codes.checks.probe import ProbeResult
-
-# fp32 hidden states must match upstream to 1e-4 (issue #2); lower precisions are reported.
-FP32_ABS_BOUND = 1e-4
-
-
-@dataclass
-class Row:
-    check: str
-    precision: str
-    max_abs: float | None = None
-    rel_err: float | None = None
-    argmax_agree: float | None = None
-    bound: str = "reported"
-    passed: bool = True
-    note: str = ""
-
-
-def _rel(diff: np.ndarray, ref: np.ndarray) -> float:
-    return float(np.linalg.norm(diff) / max(np.linalg.norm(ref), 1e-12))
-
-
-def compare(check: str, precision: str, ours: np.ndarray, ref: np.ndarray, bounded: bool,
-            argmax_axis: int | None = None, abs_bound: float = FP32_ABS_BOUND) -> Row:
-    ours, ref = np.asarray(ours, np.float32), np.asarray(ref, np.float32)
-    diff = ours - ref
-    row = Row(check, precision, float(np.abs(diff).max()), _rel(diff, ref))
-    if argmax_axis is not None:
-        row.argmax_agree = float((ours.argmax(argmax_axis) == ref.argmax(argmax_axis)).mean())
-    if bounded:
-        row.bound = f"max abs <= {abs_bound:g}"
-        row.passed = row.max_abs <= abs_bound
-    return row
-
-
-def probe_row(result: ProbeResult, check: str = "bidirectionality probe") -> Row:
-    return Row(check, "-", max_abs=result.max_change_before_last, bound="earlier positions must move",
-               passed=result.bidirectional, note=result.describe())
+from codes.runtime.manifest import FORMAT, MANIFEST_NAME, read_manifest
+from codes.runtime.sessions import BackboneRunner, make_session
 
 
 def padded_cfg_batch(text_vocab: int, seed: int = 0, cond_lens=(23, 15), target_lens=(9, 6), ref_lens=(5, 0)):
@@ -78,8 +47,6 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
     import torch
 
     from codes.export.checkpoint import load_omnivoice
-    from codes.checks.probe import probe_bidirectional
-    from codes.runtime.sessions import BackboneRunner, make_session
 
     model = load_omnivoice(Path(source))
     precision = manifest.data.get("precision", {})
@@ -118,54 +85,9 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
     return rows
 
 
-def format_table(rows: list[Row]) -> str:
-    def num(value, fmt):
-        return "-" if value is None else format(value, fmt)
-
-    header = f"{'check':<42} {'precision':<14} {'max abs':>10} {'rel err':>10} {'argmax':>8}  {'bound':<28} result"
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        argmax = "-" if r.argmax_agree is None else f"{100 * r.argmax_agree:.2f}%"
-        result = "PASS" if r.passed else "FAIL"
-        lines.append(f"{r.check:<42} {r.precision:<14} {num(r.max_abs, '10.3g')} {num(r.rel_err, '10.3g')} "
-                     f"{argmax:>8}  {r.bound:<28} {result}")
-    notes = [f"  {r.check}: {r.note}" for r in rows if r.note]
-    return "\n".join(lines + notes)
-
-
-FOREIGN_BACKBONE_NAMES = ("llm_decoder.onnx", "llm_backbone_fp32.onnx", "llm_backbone.onnx", "model.onnx")
-
-
-def _head_dim_from_graph(path: Path) -> int | None:
-    """genai graphs keep rotary tables as cos_cache [max_pos, head_dim/2] (full rotary in Qwen3)."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-    for tensor in model.graph.initializer:
-        if tensor.name == "cos_cache":
-            return 2 * tensor.dims[1]
-    return None
-
-
-def foreign_backbone_rows(folder: Path, provider: str = "cpu") -> list[Row]:
-    """A folder that is not ours (no omnivoice-onnx manifest): find its backbone and probe it."""
-    from codes.common.errors import UserError
-    from codes.runtime.sessions import BackboneRunner, genai_head_dim, make_session
-    from codes.checks.probe import probe_bidirectional
-
-    path = next((Path(folder) / n for n in FOREIGN_BACKBONE_NAMES if (Path(folder) / n).is_file()), None)
-    if path is None:
-        raise UserError(f"{folder} has no omnivoice-onnx manifest and no backbone graph named "
-                        f"{' / '.join(FOREIGN_BACKBONE_NAMES)}; pass a build folder")
-    head_dim = genai_head_dim(folder) or _head_dim_from_graph(path)
-    runner = BackboneRunner(make_session(path, provider), head_dim=head_dim)
-    return [probe_row(probe_bidirectional(runner), check=f"bidirectionality probe ({path.name})")]
-
-
 def source_of(manifest, source: str | None) -> Path:
     """--source, else the checkpoint the manifest names (generated ones are regenerated on demand)."""
     from codes.export.checkpoint import resolve_checkpoint
-    from codes.common.errors import UserError
 
     if source:
         return resolve_checkpoint(source, need_backbone=False).path
@@ -180,11 +102,22 @@ def source_of(manifest, source: str | None) -> Path:
     raise UserError(f"the checkpoint this build came from ({path or recorded}) is not here; pass it with --source DIR")
 
 
-def run_equivalence(folder: Path, source: str | None, provider: str = "cpu") -> tuple[list[Row], str]:
-    from codes.runtime.manifest import MANIFEST_NAME, read_manifest
+def manifest_format(folder: Path) -> str | None:
+    """The `format` field of the folder's manifest, None without a readable one.
 
+    onnx-community's export ships a file of the same name, so the name alone does not make a build ours
+    (docs/DESIGN.md §foreign-layouts).
+    """
+    try:
+        data = json.loads((Path(folder) / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get("format") if isinstance(data, dict) else None
+
+
+def run_equivalence(folder: Path, source: str | None, provider: str = "cpu") -> tuple[list[Row], str]:
     folder = Path(folder)
-    if not (folder / MANIFEST_NAME).is_file() or '"omnivoice-onnx"' not in (folder / MANIFEST_NAME).read_text():
+    if manifest_format(folder) != FORMAT:
         rows = foreign_backbone_rows(folder, provider)
         return rows, f"{folder}: not an omnivoice-onnx build; probing its backbone only\n" + format_table(rows)
     manifest = read_manifest(folder)
@@ -193,8 +126,6 @@ def run_equivalence(folder: Path, source: str | None, provider: str = "cpu") -> 
     if manifest.sub_models:
         rows += backbone_equivalence(folder, manifest, source_path, provider)
     if manifest.higgs:
-        from codes.checks.equiv_codec import codec_equivalence
-
         rows += codec_equivalence(manifest.higgs_folder(), manifest.higgs, source_path / specs.HIGGS_DIR)
     title = f"{folder} ({manifest.data.get('profile')}) vs upstream {source_path}"
     return rows, title + "\n" + format_table(rows)

@@ -7,13 +7,21 @@ iterative unmasking on it collapses into noise; OmniVoice's backbone must not.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from codes.runtime.sessions import BackboneRunner
-
 # A causal graph gives exactly 0; a bidirectional one moves earlier positions by O(1e-2) or more.
 RELATIVE_THRESHOLD = 1e-5
+
+
+class Backbone(Protocol):
+    """What the probe calls: the runtime's BackboneRunner or the checks' GenaiBackboneRunner."""
+
+    hidden_size: int
+    signature: str
+
+    def __call__(self, inputs_embeds: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass
@@ -32,7 +40,7 @@ class ProbeResult:
         return text
 
 
-def probe_bidirectional(runner: BackboneRunner, sequence: int = 8, seed: int = 0) -> ProbeResult:
+def probe_bidirectional(runner: Backbone, sequence: int = 8, seed: int = 0) -> ProbeResult:
     rng = np.random.default_rng(seed)
     embeds = rng.standard_normal((1, sequence, runner.hidden_size)).astype(np.float32)
     mask = np.ones((1, 1, sequence, sequence), dtype=bool)

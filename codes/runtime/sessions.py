@@ -1,11 +1,10 @@
-"""ONNX Runtime sessions, and one calling convention for every backbone signature seen in the wild.
+"""ONNX Runtime sessions, and the calling convention of a bidirectional backbone graph.
 
 Torch-free: this is runtime code.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -59,48 +58,32 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
 
 
 class BackboneRunner:
-    """Call a backbone graph as hidden = f(inputs_embeds, 4-D bool mask), whatever its signature.
+    """Call a backbone graph as hidden = f(inputs_embeds, 4-D bool mask [B,1,S,S]).
 
-    - "mask4d": ours and the published bidirectional re-exports (attention_mask bool [B,1,S,S]).
-    - "genai": the onnxruntime-genai layout (attention_mask int64 [B,S] + empty past key/values).
-      Its mask only says which keys exist, so rows with padding cannot be expressed exactly.
+    Ours and the published bidirectional re-exports take that mask. A graph with a
+    lower-rank mask (onnxruntime-genai's [B,S] key mask) is causal (docs/DESIGN.md
+    §bidirectional), so it is refused here; only the checks probe such graphs.
     """
 
-    def __init__(self, session: ort.InferenceSession, head_dim: int | None = None):
+    signature = "mask4d"
+
+    def __init__(self, session: ort.InferenceSession):
         self.session = session
         inputs = {i.name: i for i in session.get_inputs()}
         if "inputs_embeds" not in inputs or "attention_mask" not in inputs:
             raise UserError("the backbone graph has no inputs_embeds/attention_mask inputs; it is not an OmniVoice backbone")
+        mask_rank = len(inputs["attention_mask"].shape)
+        if mask_rank != 4:
+            raise UserError(
+                f"the backbone graph takes a {mask_rank}-D attention mask, not OmniVoice's 4-D one [B,1,S,S], "
+                "so it is causal; rebuild it with optimize.py"
+            )
         self.embeds_dtype = ORT_TO_NUMPY[inputs["inputs_embeds"].type]
         self.hidden_size = inputs["inputs_embeds"].shape[-1]
-        mask = inputs["attention_mask"]
-        self.signature = "mask4d" if len(mask.shape) == 4 else "genai"
-        self.past = [i for name, i in inputs.items() if name.startswith("past_key_values")]
-        if self.past and head_dim is None and isinstance(self.past[0].shape[-1], str):
-            raise UserError("this genai-style backbone needs its head size (genai_config.json next to it)")
-        self.head_dim = head_dim
         outputs = [o.name for o in session.get_outputs()]
         self.output_name = "hidden_states" if "hidden_states" in outputs else outputs[0]
 
     def __call__(self, inputs_embeds: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        feed = {"inputs_embeds": inputs_embeds.astype(self.embeds_dtype, copy=False)}
-        if self.signature == "mask4d":
-            feed["attention_mask"] = attention_mask
-        else:
-            batch = inputs_embeds.shape[0]
-            feed["attention_mask"] = attention_mask.any(axis=(1, 2)).astype(np.int64)
-            for past in self.past:
-                heads = past.shape[1]
-                dim = self.head_dim if isinstance(past.shape[3], str) else past.shape[3]
-                feed[past.name] = np.zeros((batch, heads, 0, dim), dtype=ORT_TO_NUMPY[past.type])
+        feed = {"inputs_embeds": inputs_embeds.astype(self.embeds_dtype, copy=False), "attention_mask": attention_mask}
         hidden = self.session.run([self.output_name], feed)[0]
         return hidden.astype(np.float32, copy=False)
-
-
-def genai_head_dim(folder: Path) -> int | None:
-    """Head size recorded by onnxruntime-genai next to its graph, if any."""
-    config = Path(folder) / "genai_config.json"
-    if not config.is_file():
-        return None
-    decoder = json.loads(config.read_text()).get("model", {}).get("decoder", {})
-    return decoder.get("head_size")
