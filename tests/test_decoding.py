@@ -12,6 +12,7 @@ from upstream_twins import (  # noqa: F401
     RecordingNoise,
     ReplayedRandLike,
     ToyModel,
+    full_logits,
     hf_tokenizer,
     text_tokenizer,
     tokenizer_dir,
@@ -164,7 +165,7 @@ def _run_ours(tok, items, settings, seed):
     noise = RecordingNoise(seed)
     steps_seen = []
     tokens = decoding.iterative_decode(
-        batch, target_lens, decoding.full_logits(ToyModel()), settings, noise,
+        batch, target_lens, full_logits(ToyModel()), settings, noise,
         on_step=lambda done, total: steps_seen.append(done),
     )
     assert steps_seen == list(range(1, settings.num_step + 1))

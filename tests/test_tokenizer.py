@@ -17,9 +17,9 @@ from codes.export.tokenizer_build import (
     OMNIVOICE_SPECIAL_TOKENS,
     QWEN3_ADDED_TOKENS,
     VOCAB_SIZE,
-    load_with_transformers,
     write_tokenizer_files,
 )
+from upstream_twins import load_with_transformers
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -119,6 +119,21 @@ class ToyModel:
         return logits.transpose(0, 2, 1, 3)
 
 
+def full_logits(logits_fn):
+    """Adapt `logits_fn(input_ids, audio_mask, attention_mask) -> [2B, 8, S, V]` (upstream's layout, as
+    ToyModel gives) to decoding's target-only contract: one (cond [8, T, V], uncond [8, T, V]) pair per item."""
+
+    def target_logits(input_ids, batch, target_lens):
+        logits = np.asarray(logits_fn(input_ids, batch.audio_mask, batch.attention_mask), dtype=np.float32)
+        num_items = len(target_lens)
+        return [
+            (logits[item, :, cond_len - target_len : cond_len], logits[num_items + item, :, :target_len])
+            for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens))
+        ]
+
+    return target_logits
+
+
 class ReplayedRandLike:
     """Stands in for torch.rand_like: values from the same seeded generator our RandomNoise uses."""
 
@@ -141,6 +156,19 @@ class RecordingNoise:
     def uniform(self, shape):
         self.shapes.append(tuple(shape))
         return self.rng.random(shape, dtype=np.float32)
+
+
+def load_with_transformers(model_dir):
+    """Load model_dir as upstream does (AutoTokenizer) and check it is Qwen's fast tokenizer."""
+    from transformers import AutoTokenizer, Qwen2Tokenizer
+
+    from codes.export.tokenizer_build import VOCAB_SIZE
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    assert isinstance(tokenizer, Qwen2Tokenizer) and tokenizer.is_fast, (
+        f"{model_dir} loads as {type(tokenizer).__name__}, not a fast Qwen2Tokenizer")
+    assert len(tokenizer) == VOCAB_SIZE, f"{model_dir} holds {len(tokenizer)} tokens, expected {VOCAB_SIZE}"
+    return tokenizer
 
 
 # Several test modules import these fixtures and pytest would set them up once per
@@ -169,7 +197,5 @@ def text_tokenizer(tokenizer_dir):
 def hf_tokenizer(tokenizer_dir):
     """The same files through transformers, as upstream's `text_tokenizer` attribute."""
     if "hf" not in _TOKENIZERS:
-        from codes.export.tokenizer_build import load_with_transformers
-
         _TOKENIZERS["hf"] = load_with_transformers(tokenizer_dir)
     return _TOKENIZERS["hf"]

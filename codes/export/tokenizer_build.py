@@ -257,15 +257,3 @@ def write_tokenizer_files(out_dir: str | Path) -> list[Path]:
     special_keys = ("additional_special_tokens", "eos_token", "pad_token")
     write_json(special_map_path, {key: config[key] for key in special_keys})
     return [tokenizer_path, config_path, special_map_path]
-
-
-def load_with_transformers(model_dir: str | Path):
-    """Load model_dir as upstream does (AutoTokenizer) and check it is Qwen's fast tokenizer."""
-    from transformers import AutoTokenizer, Qwen2Tokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    if not isinstance(tokenizer, Qwen2Tokenizer) or not tokenizer.is_fast:
-        raise UserError(f"{model_dir} loads as {type(tokenizer).__name__}, not a fast Qwen2Tokenizer")
-    if len(tokenizer) != VOCAB_SIZE:
-        raise UserError(f"{model_dir} holds {len(tokenizer)} tokens, expected {VOCAB_SIZE}; rebuild it")
-    return tokenizer

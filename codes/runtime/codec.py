@@ -34,19 +34,17 @@ def check_files(higgs_dir, section: dict) -> None:
 
 
 class HiggsCodec:
-    """The four codec graphs of one build. `sessions` may hand in ready InferenceSessions
-    by graph key (acoustic_encoder, semantic_encoder, quantizer_encoder, higgs_decoder)."""
+    """The four codec graphs of one build (why four: docs/DESIGN.md §codec-graphs)."""
 
-    def __init__(self, higgs_dir, section: dict, providers=None, threads: int | None = None, sessions=None):
+    def __init__(self, higgs_dir, section: dict, providers=None, threads: int | None = None):
         self.higgs_dir = Path(higgs_dir)
         self.section = section
         self.sample_rate = int(section["sample_rate"])
         self.hop_length = int(section["hop_length"])
         self.num_codebooks = int(section["num_codebooks"])
         self.codebook_size = int(section["codebook_size"])
-        self._sessions = dict(sessions or {})
-        if any(spec.key not in self._sessions for spec in HIGGS_SPECS):
-            check_files(self.higgs_dir, section)
+        self._sessions = {}
+        check_files(self.higgs_dir, section)
         self._providers, self._threads = providers, threads
 
     def session(self, key: str):

@@ -10,8 +10,7 @@ conditional and the unconditional row.
 The model is a callable `target_logits_fn(batch_input_ids, batch) -> one
 (cond [8, T, V], uncond [8, T, V]) pair per item`: only the target cells, so a
 runtime may skip work the loop never reads (padding, prompt positions).
-`full_logits(logits_fn)` adapts a model that returns logits for the whole CFG
-batch [2B, 8, S, V] (a torch reference, upstream's layout). Randomness comes from a NoiseSource; draws happen in upstream's
+Randomness comes from a NoiseSource; draws happen in upstream's
 order (per step, per item: the class draw over [8, T, 1025] when
 class_temperature > 0, then the position draw over [8, T] when
 position_temperature > 0), so replaying torch's `rand_like` values gives
@@ -34,7 +33,6 @@ from codes.runtime.prompt import CfgBatch
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import AUDIO_MASK_ID
 
-LogitsFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 TargetLogits = list[tuple[np.ndarray, np.ndarray]]
 TargetLogitsFn = Callable[[np.ndarray, CfgBatch, list[int]], TargetLogits]
 
@@ -173,20 +171,6 @@ def step(
     predicted = predict_tokens(log_probs, settings.class_temperature, noise)
     scores = score_cells(log_probs, settings.layer_penalty_factor, settings.position_temperature, noise)
     return reveal_top_k(tokens, predicted, scores, reveal_count, mask_id)
-
-
-def full_logits(logits_fn: LogitsFn) -> TargetLogitsFn:
-    """Adapt `logits_fn(input_ids, audio_mask, attention_mask) -> [2B, 8, S, V]` to the target-only contract."""
-
-    def target_logits(input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int]) -> TargetLogits:
-        logits = np.asarray(logits_fn(input_ids, batch.audio_mask, batch.attention_mask), dtype=np.float32)
-        num_items = len(target_lens)
-        return [
-            (logits[item, :, cond_len - target_len : cond_len], logits[num_items + item, :, :target_len])
-            for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens))
-        ]
-
-    return target_logits
 
 
 def iterative_decode(
