@@ -259,7 +259,7 @@ def test_interrupted_build_leaves_the_old_build_intact(builds, tiny_checkpoint, 
 
 
 def test_generated_checkpoint_is_input_dependent(tiny_checkpoint):
-    """REFERENCE §6: codes from a test model must depend on the text, vary, and not sit on a knife edge."""
+    """docs/DESIGN.md §test-weights: codes from a test model must depend on the text, vary, and not sit on a knife edge."""
     import torch
     from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
 

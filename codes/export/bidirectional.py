@@ -2,7 +2,7 @@
 
 The genai builder emits GroupQueryAttention nodes that are causal and take a
 2-D key mask that only feeds `seqlens_k`; no builder option changes that
-(REFERENCE §3). We set `causal=0` on every GQA node and feed its
+(docs/DESIGN.md §bidirectional). We set `causal=0` on every GQA node and feed its
 `attention_bias` input from a new 4-D bool mask input [B,1,S,S], which
 reproduces upstream's padded CFG mask exactly. The past key/value inputs and
 present outputs go: every decoding step is a full-sequence forward.

@@ -111,7 +111,7 @@ def resolve_checkpoint(model: str, need_backbone: bool = True, need_higgs: bool 
 
 
 def load_omnivoice(path: Path, with_tokenizers: bool = False):
-    """Upstream's model on CPU in fp32 with SDPA attention (eager ignores the padding mask, REFERENCE §3)."""
+    """Upstream's model on CPU in fp32 with SDPA attention (eager ignores the padding mask, docs/DESIGN.md §sdpa)."""
     import torch
     from omnivoice.models.omnivoice import OmniVoice
 

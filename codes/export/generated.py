@@ -6,7 +6,7 @@ speaks noise. Both carry the real Qwen3 tokenizer with OmniVoice's tokens.
 
 A freshly initialised backbone gives nearly identical hidden states over an
 all-MASK target, so decoded codes hardly depend on the text and parity tests
-prove little (REFERENCE §6). The weights are therefore shaped on purpose:
+prove little (docs/DESIGN.md §test-weights). The weights are therefore shaped on purpose:
 text embeddings with real magnitude, sharper attention through the q/k norm
 weights, stronger residual branches, and confident audio heads.
 """
@@ -28,7 +28,7 @@ SIZES = {
         hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         head_dim=16, intermediate_size=128,
     ),
-    # Qwen3-0.6B as OmniVoice uses it (REFERENCE §1).
+    # Qwen3-0.6B as OmniVoice uses it (docs/DESIGN.md §model-shapes).
     "full": dict(
         hidden_size=1024, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
         head_dim=128, intermediate_size=3072,

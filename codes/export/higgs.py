@@ -2,7 +2,7 @@
 
 Upstream's `encode` cannot be one graph: the 24->16 kHz resampler's output length and
 the "pad the acoustic input?" decision are Python-side length arithmetic, which a
-traced export bakes in (REFERENCE §4). Split at the feature boundary instead:
+traced export bakes in (docs/DESIGN.md §codec-graphs). Split at the feature boundary instead:
 
   acoustic_encoder   waveform 24 kHz [B,1,N]          -> DAC features [B,A,T]
   semantic_encoder   waveform 24 kHz [B,1,N]          -> semantic features [B,S,T]

@@ -48,7 +48,7 @@ def build_genai_causal(hf_dir: Path, out_dir: Path, precision: str, execution_pr
     log = io.StringIO()
     try:
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            # create_model needs parse_extra_options first (REFERENCE §3).
+            # create_model needs parse_extra_options first (docs/DESIGN.md §genai-options).
             options = builder.parse_extra_options(*args, genai_options(execution_provider))
             builder.create_model(*args, **options)
     except Exception:

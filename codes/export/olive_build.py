@@ -15,7 +15,7 @@ from codes.export.onnx_io import save_model
 
 USER_SCRIPT = Path(__file__).resolve().parents[2] / "user_script.py"
 
-# Small blocks keep int4 argmax choices close to fp32 (REFERENCE §8); these graphs are
+# Small blocks keep int4 argmax choices close to fp32 (docs/DESIGN.md §precision); these graphs are
 # a few percent of the compute, so the finer scales cost nothing measurable.
 INT4_BLOCK_SIZE = 32
 

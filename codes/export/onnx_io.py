@@ -18,7 +18,7 @@ def save_model(source: Path | onnx.ModelProto, final: Path) -> Path:
     OnnxModel(model).topological_sort()
     final = Path(final)
     data_file = final.with_name(final.name + ".data")
-    # onnx.save appends to an existing .data file (REFERENCE §7): start clean.
+    # onnx.save appends to an existing .data file (docs/DESIGN.md §external-data): start clean.
     for stale in (final, data_file):
         stale.unlink(missing_ok=True)
     onnx.save_model(model, str(final), save_as_external_data=True, all_tensors_to_one_file=True,
