@@ -15,22 +15,28 @@ import sys
 from pathlib import Path
 
 from codes.common.errors import run_cli
+from codes.common.quiet import library_output, set_verbose
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("equiv", "rtf"), default="equiv")
-    parser.add_argument("--model_dir", type=Path, required=True, help="a build folder from optimize.py (or a foreign one)")
+    parser.add_argument("--model_dir", type=Path,
+                        help="a build folder from optimize.py, or a foreign one (default: models/omnivoice-cpu)")
+    parser.add_argument("--higgs_dir", type=Path,
+                        help="a codec folder or a build holding one, for model folders that have none "
+                             "(default: the model folder's, else models/higgs-fp16)")
     parser.add_argument("--source", help="equiv: the checkpoint the build came from (default: the one its manifest names)")
-    parser.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--provider", choices=("cpu", "cuda"), help="default: the build's (see inference.py)")
+    parser.add_argument("--verbose", action="store_true", help="show the libraries' own warnings and logs")
     rtf = parser.add_argument_group("rtf")
     rtf.add_argument("--compare", type=Path, nargs="*", default=[], help="other builds timed in the same run")
-    rtf.add_argument("--higgs_dir", type=Path, help="a codec build for model folders that have none")
     rtf.add_argument("--torch", help="also time upstream PyTorch on this checkpoint (folder, hub id, full-random)")
     rtf.add_argument("--torch-dtype", nargs="+", default=["fp32"], choices=("fp32", "bf16"))
     rtf.add_argument("--workload", default="default", choices=("default", "10s", "smoke"),
                      help="default: 10 s, 3 s and a batch of 4; 10s: the 10 s utterance alone; smoke: CI")
-    rtf.add_argument("--num-step", type=int, help="override the workload's 32 decoding steps (s/step is unchanged)")
+    rtf.add_argument("--num_steps", "--num-step", dest="num_steps", type=int,
+                     help="override the workload's 32 decoding steps (s/step is unchanged)")
     rtf.add_argument("--repeats", type=int, default=3)
     rtf.add_argument("--warmup", type=int, default=1)
     rtf.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every engine (default: all)")
@@ -42,11 +48,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from codes.runtime.manifest import find_builds
+
+    args.model_dir, args.higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     if args.mode == "rtf":
         return rtf(args)
     from codes.checks.equiv import run_equivalence
 
-    rows, table = run_equivalence(args.model_dir, args.source, args.provider)
+    set_verbose(args.verbose)
+    with library_output("the comparison with upstream"):  # upstream's imports and loaders warn and log
+        rows, table = run_equivalence(args.model_dir, args.source, args.provider, args.higgs_dir)
     print(table)
     failed = [r.check for r in rows if not r.passed]
     if failed:
@@ -64,7 +75,7 @@ def rtf(args) -> int:
     request = BenchRequest(
         model_dirs=[args.model_dir, *args.compare], torch_checkpoint=torch_ckpt, torch_dtypes=args.torch_dtype,
         higgs_dir=args.higgs_dir, provider=args.provider,
-        workload=args.workload, num_step=args.num_step, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
+        workload=args.workload, num_steps=args.num_steps, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
         memory=not args.no_memory, profile=not args.no_profile, out=args.out, command="python eval.py " + " ".join(sys.argv[1:]),
     )
     report = benchmark(request, log=lambda line: print(line, file=sys.stderr))

@@ -4,8 +4,8 @@
   python higgs_inference.py --models-dir DIR --input in.wav --codes_out codes.npy   # encode only
   python higgs_inference.py --models-dir DIR --codes_in codes.npy --output out.wav  # decode only
 
---models-dir is any build that holds the codec: a backbone build made with
---include-higgs, or a codec-only build made with optimize.py --higgs-only.
+--models-dir is a codec folder (a build's audio_tokenizer/) or any build that holds one:
+a backbone build made with --include-higgs, or a codec-only build (optimize.py --higgs-only).
 Any sample rate and channel count goes in; codes are int64 [8, frames] in 0..1023.
 """
 
@@ -21,12 +21,12 @@ from codes.common.errors import UserError, run_cli
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models-dir", "--models_dir", dest="models_dir", required=True,
-                        help="build folder holding omnivoice_manifest.json with a codec")
+                        help="a codec folder (audio_tokenizer/) or a build that holds one")
     parser.add_argument("--input", help="audio file to encode (any rate, any channels)")
     parser.add_argument("--codes_in", "--codes-in", dest="codes_in", help="codes .npy to decode instead of --input")
     parser.add_argument("--output", help="where to write the decoded audio (.wav, .flac, .ogg)")
     parser.add_argument("--codes_out", "--codes-out", dest="codes_out", help="where to write the codes (.npy)")
-    parser.add_argument("--provider", default="cpu", choices=("cpu", "cuda"), help="execution provider")
+    parser.add_argument("--provider", choices=("cpu", "cuda"), help="execution provider (default: the build's)")
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads (default: ORT's choice)")
     return parser.parse_args()
 
@@ -37,7 +37,7 @@ def main() -> int:
     from codes.runtime.outputs import check_audio_output_path, check_output_path, load_codes, save_codes, write_audio
     from codes.runtime.audio import read_audio
     from codes.runtime.manifest import read_manifest
-    from codes.runtime.sessions import providers_for
+    from codes.runtime.sessions import providers_for, resolve_provider
 
     if bool(args.input) == bool(args.codes_in):
         raise UserError("give exactly one of --input (audio to encode) and --codes_in (codes to decode)")
@@ -51,8 +51,9 @@ def main() -> int:
         check_output_path(args.codes_out, "codes output")
 
     manifest = read_manifest(args.models_dir)
-    codec = HiggsCodec(manifest.higgs_folder(), manifest.higgs, providers=providers_for(args.provider),
-                       threads=args.threads)
+    folder, section = manifest.codec()
+    provider = resolve_provider(args.provider, manifest.data.get("execution_provider"))
+    codec = HiggsCodec(folder, section, providers=providers_for(provider), threads=args.threads)
 
     started = time.perf_counter()
     if args.input:

@@ -21,8 +21,11 @@ DEFAULTS = GenerationSettings()
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model_dir", type=Path, required=True, help="a build folder from optimize.py")
-    p.add_argument("--higgs_dir", type=Path, help="a codec build (optimize.py --higgs-only) if the model folder has none")
+    p.add_argument("--model_dir", type=Path,
+                   help="a build folder from optimize.py (default: models/omnivoice-cpu, what --device cpu writes)")
+    p.add_argument("--higgs_dir", type=Path,
+                   help="a codec folder (audio_tokenizer/) or a build holding one (default: the model folder's, "
+                        "else models/higgs-fp16, what --higgs-only writes)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--text", help="the text to speak")
     what.add_argument("--text_file", type=Path, help="one utterance per line; --output is then a folder")
@@ -40,7 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, help="output length in seconds (overrides --speed)")
     p.add_argument("--num_audio_tokens", type=int, help="output length in codec frames (25 per second)")
     p.add_argument("--speed", type=float, help="speaking rate factor (> 1 faster)")
-    p.add_argument("--num_steps", type=int, default=DEFAULTS.num_step)
+    p.add_argument("--num_steps", type=int, default=DEFAULTS.num_steps)
     p.add_argument("--guidance_scale", type=float, default=DEFAULTS.guidance_scale)
     p.add_argument("--t_shift", type=float, default=DEFAULTS.t_shift)
     p.add_argument("--layer_penalty_factor", type=float, default=DEFAULTS.layer_penalty_factor)
@@ -49,7 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no_denoise", action="store_true", help="leave out the <|denoise|> token when cloning")
     p.add_argument("--no_postprocess", action="store_true", help="keep long silences in the output")
     p.add_argument("--seed", type=int, help="seed for the sampling noise (same seed, same output)")
-    p.add_argument("--provider", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--provider", choices=("cpu", "cuda"),
+                   help="execution provider (default: the build's; a gpu build runs on CUDA where available)")
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
     p.add_argument("--batch_size", type=int, default=4, help="utterances decoded together for --text_file/--jsonl")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -60,11 +64,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from codes.runtime import jobs as job_io
     from codes.runtime.decoding import RandomNoise
+    from codes.runtime.manifest import find_builds
     from codes.runtime.outputs import check_output_path, save_codes, write_audio
     from codes.runtime.synthesis import OmniVoiceOnnx, Voice
 
     settings = DEFAULTS.replace(
-        num_step=args.num_steps, guidance_scale=args.guidance_scale, t_shift=args.t_shift,
+        num_steps=args.num_steps, guidance_scale=args.guidance_scale, t_shift=args.t_shift,
         layer_penalty_factor=args.layer_penalty_factor, position_temperature=args.position_temperature,
         class_temperature=args.class_temperature, denoise=not args.no_denoise,
         postprocess_output=not args.no_postprocess,
@@ -88,7 +93,8 @@ def main(argv=None) -> int:
         if path:
             check_output_path(path)
 
-    tts = OmniVoiceOnnx(args.model_dir, higgs_dir=args.higgs_dir, provider=args.provider, threads=args.threads)
+    model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
+    tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads)
     voice = Voice.load(args.voice) if args.voice else None
     if args.ref_audio:
         voice = tts.create_voice(args.ref_audio, args.ref_text, settings.preprocess_prompt)
@@ -105,7 +111,7 @@ def main(argv=None) -> int:
     # Load the codec's decoder now: a missing codec fails before any compute, and its load stays out of the RTF.
     tts.codec.load_decoder()
 
-    progress = None if args.quiet else _progress_bar(settings.num_step)
+    progress = None if args.quiet else _progress_bar(settings.num_steps)
     start, audio_seconds = time.perf_counter(), 0.0
     for batch, batch_requests in zip(batches, requests):
         audios, codes = tts.synthesize(batch_requests, settings, RandomNoise(args.seed), progress)
@@ -122,7 +128,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _progress_bar(num_step: int):
+def _progress_bar(num_steps: int):
     """A tqdm bar over decoding steps; it restarts for each chunk or batch."""
     from tqdm import tqdm
 

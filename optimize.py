@@ -14,6 +14,7 @@ from pathlib import Path
 
 from codes.export.checkpoint import DEFAULT_HUB_ID
 from codes.common.errors import run_cli
+from codes.common.quiet import set_verbose
 from codes.export.profiles import PROFILES
 
 
@@ -24,25 +25,32 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "Hugging Face cache, tiny-random or full-random (default: %(default)s)")
     parser.add_argument("--device", default="cpu",
                         help=f"build profile: {', '.join(f'{k} ({p.description})' for k, p in PROFILES.items())}")
-    parser.add_argument("--output", type=Path, help="output folder (default: models/omnivoice-<profile>)")
+    parser.add_argument("--output", type=Path,
+                        help="output folder (default: models/omnivoice-<profile>; with --higgs-only models/higgs-<precision>)")
     parser.add_argument("--llm-export", choices=("genai", "torch"),
                         help="how the backbone is exported (default: the profile's, see README)")
     parser.add_argument("--include-higgs", action="store_true", help="also build the Higgs codec into <output>/audio_tokenizer")
     parser.add_argument("--higgs-only", action="store_true", help="build only the Higgs codec")
-    parser.add_argument("--higgs-precision", default="fp16", choices=("fp16", "fp32"),
-                        help="codec precision (default: %(default)s; never int4)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing build in --output")
+    parser.add_argument("--higgs-precision", choices=("fp16", "fp32"),
+                        help="codec precision (default: the profile's, fp16; never int4)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace files in --output that no omnivoice-onnx build wrote (a build's own files "
+                             "are always replaced; nothing else in the folder is touched)")
+    parser.add_argument("--verbose", action="store_true", help="show every library's warnings and logs")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from codes.export.checkpoint import resolve_checkpoint
+    set_verbose(args.verbose)
     from codes.export.build import BuildRequest, build
+    from codes.export.checkpoint import resolve_checkpoint
     from codes.export.profiles import get_profile
+    from codes.runtime.manifest import default_build_dir, default_codec_dir
 
-    profile = get_profile(args.device)
-    output = args.output or Path(profile.default_output if not args.higgs_only else "models/higgs-" + args.higgs_precision)
+    profile = get_profile(args.device).with_codec(args.higgs_precision)
+    codec_precision = profile.precision["codec"]
+    output = args.output or (default_codec_dir(codec_precision) if args.higgs_only else default_build_dir(profile.name))
     checkpoint = resolve_checkpoint(args.model, need_backbone=not args.higgs_only,
                                     need_higgs=args.include_higgs or args.higgs_only)
     request = BuildRequest(checkpoint=checkpoint, profile=profile, output=output, llm_export=args.llm_export,
@@ -50,7 +58,7 @@ def main(argv=None) -> int:
                            higgs_precision=args.higgs_precision, overwrite=args.overwrite)
     build(request)
     total = sum(request.timings.values())
-    what = f"codec only, {args.higgs_precision}" if args.higgs_only else profile.name
+    what = f"codec only, {codec_precision}" if args.higgs_only else profile.name
     print(f"built {output} ({what}) in {total:.1f}s: "
           + ", ".join(f"{k} {v:.1f}s" for k, v in request.timings.items()))
     return 0

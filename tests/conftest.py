@@ -38,7 +38,7 @@ def last_error_line(result: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint():
-    from codes.export.generated import generated_checkpoint
+    from codes.export.checkpoint import generated_checkpoint
 
     return generated_checkpoint("tiny-random")
 

@@ -168,7 +168,7 @@ def _run_ours(tok, items, settings, seed):
         batch, target_lens, full_logits(ToyModel()), settings, noise,
         on_step=lambda done, total: steps_seen.append(done),
     )
-    assert steps_seen == list(range(1, settings.num_step + 1))
+    assert steps_seen == list(range(1, settings.num_steps + 1))
     return tokens, noise.shapes
 
 
@@ -190,9 +190,9 @@ def test_decoding_runs_give_upstream_tokens(
     picked, num_step, temperatures, text_tokenizer, hf_tokenizer, monkeypatch, one_torch_thread
 ):
     items = [RUN_ITEMS[i] for i in picked]
-    values = dict(num_step=num_step, **temperatures)
-    expected, upstream_draws = _run_upstream(hf_tokenizer, items, OmniVoiceGenerationConfig(**values), 17, monkeypatch)
-    ours, our_draws = _run_ours(text_tokenizer, items, GenerationSettings(**values), 17)
+    config = OmniVoiceGenerationConfig(num_step=num_step, **temperatures)
+    expected, upstream_draws = _run_upstream(hf_tokenizer, items, config, 17, monkeypatch)
+    ours, our_draws = _run_ours(text_tokenizer, items, GenerationSettings(num_steps=num_step, **temperatures), 17)
     # Same draws in the same order (upstream's shapes carry a leading batch axis of 1).
     assert [shape[1:] for shape in upstream_draws] == our_draws
     for item_tokens, item_expected, item in zip(ours, expected, items):
@@ -202,7 +202,7 @@ def test_decoding_runs_give_upstream_tokens(
 
 
 def test_decoding_tokens_depend_on_the_noise(text_tokenizer):
-    settings = GenerationSettings(num_step=8)
+    settings = GenerationSettings(num_steps=8)
     first, _ = _run_ours(text_tokenizer, RUN_ITEMS[:1], settings, seed=1)
     second, _ = _run_ours(text_tokenizer, RUN_ITEMS[:1], settings, seed=2)
     assert (first[0] != second[0]).any()

@@ -19,7 +19,8 @@ import soundfile
 from conftest import ROOT, last_error_line, run_script
 from synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
 
-from codes.runtime.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from codes.export.manifest_write import write_manifest
+from codes.runtime.manifest import MANIFEST_NAME, read_manifest
 from codes.runtime.synthesis import OmniVoiceOnnx
 
 FAST = ("--num_steps", "8", "--threads", "1", "--quiet")
@@ -50,7 +51,7 @@ def reference(tmp_path_factory):
 
 
 def api_codes(tts, text, seed, **options):
-    return tts.generate(text, seed=seed, num_step=8, return_codes=True, **options)[1]
+    return tts.generate(text, seed=seed, num_steps=8, return_codes=True, **options)[1]
 
 
 # ---------------------------------------------------------------------------
@@ -67,7 +68,7 @@ def test_text_gives_a_24k_wav_the_api_codes_and_an_rtf_line(model_dir, tts, tmp_
     codes = np.load(tmp_path / "codes.npy")
     assert rate == 24000 and wav.ndim == 1
     assert codes.dtype == np.int64 and codes.shape[0] == 8
-    audio, expected = tts.generate(TEXT, seed=3, num_step=8, return_codes=True)
+    audio, expected = tts.generate(TEXT, seed=3, num_steps=8, return_codes=True)
     np.testing.assert_array_equal(codes, expected)
     np.testing.assert_allclose(wav, audio, atol=1.01 / 32768)  # 16-bit PCM of the same audio
     assert sorted(p.name for p in tmp_path.iterdir()) == ["codes.npy", "out.wav"]
@@ -159,7 +160,7 @@ def _rehash(folder: Path, **changes) -> Path:
     """Rewrite a build's manifest with `changes` and fresh hashes, so only the change is wrong."""
     data = read_manifest(folder, verify=False).data
     write_manifest(folder, {k: v for k, v in {**data, **changes}.items()
-                            if k not in ("format", "format_version", "toolkit_version", "files")})
+                            if k not in ("format", "format_version", "toolkit_version", "files")}, list(data["files"]))
     return folder
 
 
@@ -217,7 +218,7 @@ BAD_INPUT = {
     "negative duration": (["--text", "Hi.", "--duration", "-1.5"], "duration must be > 0"),
     "zero speed": (["--text", "Hi.", "--speed", "0"], "speed must be > 0"),
     "negative speed": (["--text", "Hi.", "--speed", "-2"], "speed must be > 0"),
-    "zero steps": (["--text", "Hi.", "--num_steps", "0"], "num_step must be a whole number >= 1"),
+    "zero steps": (["--text", "Hi.", "--num_steps", "0"], "num_steps must be a whole number >= 1"),
     "no manifest": (["--model_dir", "{broken:no-manifest}", "--text", "Hi."], f"has no {MANIFEST_NAME}"),
     "changed file": (["--model_dir", "{broken:changed-file}", "--text", "Hi."], "does not match its sha256"),
     "causal backbone in manifest": (["--model_dir", "{broken:causal-manifest}", "--text", "Hi."],

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import onnx
 import onnxruntime as ort
 import pytest
 
 from codes.common.errors import UserError
-from codes.runtime.manifest import MANIFEST_NAME, hash_files, read_manifest
+from codes.export.manifest_write import hash_files
+from codes.runtime.manifest import MANIFEST_NAME, read_manifest
 from conftest import last_error_line, run_script
 
 PROFILES = ("cpu_fp32", "cpu", "cpu_fp16", "gpu")
@@ -24,7 +26,7 @@ def test_every_profile_builds_a_valid_bidirectional_folder(builds, profile):
     assert data["profile"] == profile
     assert data["attention"] == "bidirectional"
     assert data["llm_build"] == "genai"
-    assert data["decoding_defaults"]["num_step"] == 32
+    assert data["decoding_defaults"]["num_steps"] == 32
     assert data["audio"]["mask_id"] == 1024 and data["audio"]["codebook_weights"] == [8, 8, 6, 6, 4, 4, 2, 2]
     assert data["tokenizer"]["special_tokens"]["<|text_start|>"] == 151674
     for key in ("audio_embeddings_encoder", "llm_decoder", "audio_heads_decoder"):
@@ -154,21 +156,26 @@ def test_manifest_hashes_cover_every_file_and_catch_changes(builds, tmp_path):
         read_manifest(folder)
 
 
-def test_checkpoint_saved_by_upstream_save_pretrained_builds(tiny_checkpoint, tmp_path):
-    """A checkpoint written by upstream's own classes (default init, other sizes) builds and matches."""
+def upstream_checkpoint(folder: Path, tiny_checkpoint, seed: int, **llm_sizes) -> Path:
+    """A checkpoint written by upstream's own classes (default init), with the tiny codec."""
     import torch
     from omnivoice.models.omnivoice import OmniVoice, OmniVoiceConfig
     from transformers import Qwen3Config
 
     from codes.export.tokenizer_build import write_tokenizer_files
 
-    torch.manual_seed(1)
-    llm = Qwen3Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                      head_dim=16, intermediate_size=64, vocab_size=151676)
-    ckpt = tmp_path / "upstream_ckpt"
-    OmniVoice(OmniVoiceConfig(llm_config=llm.to_dict())).save_pretrained(str(ckpt))
-    write_tokenizer_files(ckpt)
-    shutil.copytree(tiny_checkpoint.higgs_path, ckpt / "audio_tokenizer")
+    torch.manual_seed(seed)
+    llm = Qwen3Config(num_hidden_layers=1, intermediate_size=64, vocab_size=151676, **llm_sizes)
+    OmniVoice(OmniVoiceConfig(llm_config=llm.to_dict())).save_pretrained(str(folder))
+    write_tokenizer_files(folder)
+    shutil.copytree(tiny_checkpoint.higgs_path, folder / "audio_tokenizer")
+    return folder
+
+
+def test_checkpoint_saved_by_upstream_save_pretrained_builds(tiny_checkpoint, tmp_path):
+    """A checkpoint written by upstream's own classes (default init, other sizes) builds and matches."""
+    ckpt = upstream_checkpoint(tmp_path / "upstream_ckpt", tiny_checkpoint, seed=1, hidden_size=32,
+                               num_attention_heads=2, num_key_value_heads=1, head_dim=16)
     out = tmp_path / "build"
     run_script("optimize.py", "--model", ckpt, "--device", "cpu_fp32", "--output", out, check=True)
     assert read_manifest(out).data["source"]["path"] == str(ckpt.resolve())
@@ -223,26 +230,46 @@ def test_missing_checkpoint_folder_and_unknown_profile(tmp_path):
     assert result.returncode == 2 and "unknown profile" in last_error_line(result) and "cpu_fp32" in last_error_line(result)
 
 
-def test_existing_build_needs_overwrite(builds, tmp_path):
+def test_foreign_files_need_overwrite_and_overwrite_touches_nothing_else(builds, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "llm_decoder.onnx").write_bytes(b"not ours")
+    (out / "NOTES.txt").write_text("mine")
+    (out / "nested").mkdir()
+    (out / "nested" / "keep.bin").write_bytes(b"\x01")
+    result = run_script("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", out)
+    assert result.returncode == 2
+    assert "llm_decoder.onnx" in last_error_line(result) and "--overwrite" in last_error_line(result)
+    assert sorted(p.name for p in out.iterdir()) == ["NOTES.txt", "llm_decoder.onnx", "nested"]
+    run_script("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", out, "--overwrite",
+               check=True)
+    assert read_manifest(out).data["profile"] == "cpu_fp32"
+    assert (out / "NOTES.txt").read_text() == "mine" and (out / "nested" / "keep.bin").read_bytes() == b"\x01"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging folder left behind
+
+
+def test_rebuilding_our_own_build_needs_no_overwrite(builds, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(builds.get("cpu_fp32"), out)
-    before = read_manifest(out).data["files"]
-    result = run_script("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", out)
-    assert result.returncode == 2 and "--overwrite" in last_error_line(result)
-    assert read_manifest(out).data["files"] == before
-    # Re-running with --overwrite replaces it, and leaves no staging folders behind.
-    run_script("optimize.py", "--model", "tiny-random", "--device", "cpu", "--output", out, "--overwrite", check=True)
+    (out / "NOTES.txt").write_text("mine")
+    run_script("optimize.py", "--model", "tiny-random", "--device", "cpu", "--output", out, check=True)
     assert read_manifest(out).data["profile"] == "cpu"
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert (out / "NOTES.txt").read_text() == "mine"
+    assert set(read_manifest(out).data["files"]) == {p.name for p in out.iterdir()} - {MANIFEST_NAME, "NOTES.txt"}
+
+
+def _copy_with_notes(builds, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(builds.get("cpu_fp32"), out)
+    (out / "NOTES.txt").write_text("mine")
+    return out, read_manifest(out).data["files"]
 
 
 def test_interrupted_build_leaves_the_old_build_intact(builds, tiny_checkpoint, tmp_path, monkeypatch):
     from codes.export import build as build_module
     from codes.export.profiles import get_profile
 
-    out = tmp_path / "out"
-    shutil.copytree(builds.get("cpu_fp32"), out)
-    before = read_manifest(out).data["files"]
+    out, before = _copy_with_notes(builds, tmp_path)
     real_export = build_module.olive_export
 
     def export_then_die(spec, *args, **kwargs):
@@ -256,6 +283,96 @@ def test_interrupted_build_leaves_the_old_build_intact(builds, tiny_checkpoint, 
         build_module.build(request)
     assert read_manifest(out).data["files"] == before  # still the old, complete build
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_failure_while_moving_files_in_puts_the_old_build_back(builds, tiny_checkpoint, tmp_path, monkeypatch):
+    from codes.export import build as build_module
+    from codes.export.profiles import get_profile
+
+    out, before = _copy_with_notes(builds, tmp_path)
+    real_replace, moves = build_module.os.replace, []
+
+    def replace_then_fail(source, target):
+        if Path(target).parent == out and ".building-" in str(source):
+            moves.append(target)
+            if len(moves) == 4:  # midway through moving the new build's files in
+                raise OSError("disk full")
+        return real_replace(source, target)
+
+    monkeypatch.setattr(build_module.os, "replace", replace_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        build_module.build(build_module.BuildRequest(tiny_checkpoint, get_profile("cpu"), out))
+    monkeypatch.undo()
+    assert read_manifest(out).data["files"] == before  # verifies every hash of the old build
+    assert (out / "NOTES.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_killed_rebuild_leaves_the_old_build_loadable(builds, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    out, before = _copy_with_notes(builds, tmp_path)
+    process = subprocess.Popen([sys.executable, str(ROOT / "optimize.py"), "--model", "tiny-random", "--device", "cpu",
+                                "--output", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob(".out.building-*/*.onnx")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert read_manifest(out).data["files"] == before
+    assert (out / "NOTES.txt").read_text() == "mine"
+
+
+def test_head_dim_genai_cannot_run_falls_back_to_torch_and_synthesizes(tiny_checkpoint, tmp_path):
+    """ORT's CPU GroupQueryAttention runs only head sizes that are multiples of 16."""
+    ckpt = upstream_checkpoint(tmp_path / "head24", tiny_checkpoint, seed=2, hidden_size=96,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=24)
+
+    refused = run_script("optimize.py", "--model", ckpt, "--llm-export", "genai", "--output", tmp_path / "genai")
+    assert refused.returncode == 2 and "--llm-export torch" in last_error_line(refused)
+    assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "genai").exists()
+
+    out = tmp_path / "build"
+    built = run_script("optimize.py", "--model", ckpt, "--include-higgs", "--output", out, check=True)
+    assert "head_dim 24" in built.stdout and "torch" in built.stdout
+    data = read_manifest(out).data
+    assert data["llm_build"] == "torch" and "head_dim 24" in data["sub_models"]["llm_decoder"]["build_reason"]
+    spoken = run_script("inference.py", "--model_dir", out, "--text", "Hello.", "--num_steps", "4", "--quiet",
+                        "--output", tmp_path / "out.wav")
+    assert spoken.returncode == 0, spoken.stderr
+    assert (tmp_path / "out.wav").stat().st_size > 1000
+
+
+def test_an_onnx_runtime_failure_is_one_error_line(builds, tmp_path):
+    """A graph that loads but fails when it runs: the user sees one line, not a traceback."""
+    from onnx import TensorProto, helper
+
+    from codes.common.fileio import sha256_file
+
+    out = tmp_path / "out"
+    shutil.copytree(builds.get("cpu_fp32", "--include-higgs", "--higgs-precision", "fp32"), out)
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["inputs_embeds", "bad_shape"], ["hidden_states"])], "fails",
+        [helper.make_tensor_value_info("inputs_embeds", TensorProto.FLOAT, ["batch", "sequence", 64]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.BOOL, ["batch", 1, "sequence", "sequence"])],
+        [helper.make_tensor_value_info("hidden_states", TensorProto.FLOAT, None)],
+        [helper.make_tensor("bad_shape", TensorProto.INT64, [1], [7])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, str(out / "llm_decoder.onnx"))
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
+    manifest["files"]["llm_decoder.onnx"] = sha256_file(out / "llm_decoder.onnx")
+    (out / MANIFEST_NAME).write_text(json.dumps(manifest))
+    result = run_script("inference.py", "--model_dir", out, "--text", "Hello.", "--quiet",
+                        "--output", tmp_path / "out.wav")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [last_error_line(result)]
+    assert last_error_line(result).startswith("error: ONNX Runtime failed:")
+    assert not (tmp_path / "out.wav").exists()
 
 
 def test_generated_checkpoint_is_input_dependent(tiny_checkpoint):

@@ -9,19 +9,20 @@ import pytest
 from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
 from codes.common.errors import UserError
-from codes.runtime.settings import GenerationSettings
+from codes.runtime.settings import ALIASES, GenerationSettings
 
 
 def test_defaults_equal_upstream_generation_config():
-    assert GenerationSettings().to_dict() == dataclasses.asdict(OmniVoiceGenerationConfig())
+    upstream = {ALIASES.get(name, name): value for name, value in dataclasses.asdict(OmniVoiceGenerationConfig()).items()}
+    assert GenerationSettings().to_dict() == upstream
 
 
 @pytest.mark.parametrize(
     "name, value",
     [
-        ("num_step", 0),
-        ("num_step", 2.5),
-        ("num_step", True),
+        ("num_steps", 0),
+        ("num_steps", 2.5),
+        ("num_steps", True),
         ("t_shift", 0.0),
         ("guidance_scale", float("nan")),
         ("position_temperature", -1.0),
@@ -41,9 +42,9 @@ def test_bad_values_raise_one_line_user_error_naming_the_setting(name, value):
 
 def test_replace_validates_and_rejects_unknown_names():
     settings = GenerationSettings().replace(num_step=8, class_temperature=0.5)
-    assert (settings.num_step, settings.class_temperature) == (8, 0.5)
+    assert (settings.num_steps, settings.class_temperature) == (8, 0.5)
     with pytest.raises(UserError, match="num_step"):
         settings.replace(num_step=-1)
-    with pytest.raises(UserError, match="num_steps"):
-        settings.replace(num_steps=8)
+    with pytest.raises(UserError, match="steps"):
+        settings.replace(steps=8)
     assert GenerationSettings.from_dict(settings.to_dict()) == settings

@@ -131,7 +131,7 @@ def test_greedy_codes_equal_upstream(pick, num_step, upstream, tts):
     picked = [SAMPLES[i] for i in PICKS[pick]]
     config = OmniVoiceGenerationConfig(num_step=num_step, **GREEDY)
     expected, expected_lens, _ = upstream_codes(upstream, picked, config)
-    ours, target_lens = our_codes(tts, picked, GenerationSettings(num_step=num_step, **GREEDY), RandomNoise(0))
+    ours, target_lens = our_codes(tts, picked, GenerationSettings(num_steps=num_step, **GREEDY), RandomNoise(0))
     assert target_lens == expected_lens
     assert_same_codes(ours, expected)
 
@@ -148,14 +148,14 @@ def test_codes_with_replayed_noise_equal_upstream(case, upstream, tts, monkeypat
     expected, _, upstream_draws = upstream_codes(upstream, SAMPLES, OmniVoiceGenerationConfig(**values),
                                                  monkeypatch, seed=23)
     noise = RecordingNoise(23)
-    ours, _ = our_codes(tts, SAMPLES, GenerationSettings(**values), noise)
+    ours, _ = our_codes(tts, SAMPLES, GenerationSettings().replace(**values), noise)
     # The same draws in the same order (upstream's shapes have a leading batch axis of 1).
     assert [shape[1:] for shape in upstream_draws] == noise.shapes
     assert_same_codes(ours, expected)
 
 
 def test_codes_depend_on_the_seed(tts):
-    settings = GenerationSettings(num_step=8)
+    settings = GenerationSettings(num_steps=8)
     first, _ = our_codes(tts, SAMPLES[:1], settings, RandomNoise(1))
     again, _ = our_codes(tts, SAMPLES[:1], settings, RandomNoise(1))
     other, _ = our_codes(tts, SAMPLES[:1], settings, RandomNoise(2))
@@ -165,7 +165,7 @@ def test_codes_depend_on_the_seed(tts):
 
 def test_prompt_embeddings_are_not_carried_to_the_next_request(builds, tts):
     """The prompt is embedded once per batch; a second request on the same engine must not reuse it."""
-    settings = GenerationSettings(num_step=8, **GREEDY)
+    settings = GenerationSettings(num_steps=8, **GREEDY)
     our_codes(tts, SAMPLES[2:], settings, RandomNoise(0))  # leaves its prompt behind
     after_other, _ = our_codes(tts, SAMPLES[:1], settings, RandomNoise(0))
     fresh, _ = our_codes(OmniVoiceOnnx(builds.get(*FP32_BUILD), threads=1), SAMPLES[:1], settings, RandomNoise(0))

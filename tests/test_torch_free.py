@@ -29,3 +29,31 @@ def test_runtime_modules_import_without_torch():
     )
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_runtime_runs_in_a_venv_with_only_the_runtime_requirements(builds, tmp_path):
+    """inference.py and higgs_inference.py need requirements-runtime.txt alone: no torch anywhere."""
+    from synthesis_inputs import FP32_BUILD
+
+    model_dir = builds.get(*FP32_BUILD)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "-r",
+                              str(REPO_ROOT / "requirements-runtime.txt")], capture_output=True, text=True, timeout=900)
+    assert install.returncode == 0, install.stderr
+    missing = subprocess.run([str(python), "-c", f"import importlib.util as u; print([m for m in {FORBIDDEN!r} if u.find_spec(m)])"],
+                             capture_output=True, text=True, check=True)
+    assert missing.stdout.strip() == "[]"
+    imported = subprocess.run([str(python), "-c", "import codes.runtime.synthesis, codes.runtime.codec"],
+                              cwd=REPO_ROOT, capture_output=True, text=True)
+    assert imported.returncode == 0, imported.stderr
+    spoken = subprocess.run([str(python), str(REPO_ROOT / "inference.py"), "--model_dir", str(model_dir), "--text",
+                             "Hello.", "--num_steps", "4", "--quiet", "--output", str(tmp_path / "out.wav")],
+                            capture_output=True, text=True, timeout=300)
+    assert spoken.returncode == 0, spoken.stderr
+    round_trip = subprocess.run([str(python), str(REPO_ROOT / "higgs_inference.py"), "--models-dir",
+                                 str(model_dir / "audio_tokenizer"), "--input", str(tmp_path / "out.wav"),
+                                 "--output", str(tmp_path / "rt.wav")], capture_output=True, text=True, timeout=300)
+    assert round_trip.returncode == 0, round_trip.stderr
+    assert (tmp_path / "rt.wav").stat().st_size > 1000

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from codes.common.fileio import atomic_path, write_json_atomic
+from codes.runtime import specs
 from codes.runtime.specs import FRAME_RATE
 
 TEXT_10S = ("The old lighthouse keeper climbed the spiral stairs every evening, counting each of the one hundred "
@@ -37,7 +38,7 @@ class Case:
     name: str
     texts: tuple[str, ...]
     seconds: tuple[float, ...]  # forced target lengths, identical for every engine
-    num_step: int = 32
+    num_steps: int = 32
 
     @property
     def audio_seconds(self) -> float:
@@ -58,8 +59,8 @@ WORKLOADS = {
     "10s": (Case("10 s utterance", (TEXT_10S,), (10.0,)),),
     # CI's smoke test: every code path, seconds of work.
     "smoke": (
-        Case("1 s utterance", (TEXT_3S,), (1.0,), num_step=4),
-        Case("batch of 2 x 1 s", tuple(TEXTS_BATCH[:2]), (1.0, 1.0), num_step=4),
+        Case("1 s utterance", (TEXT_3S,), (1.0,), num_steps=4),
+        Case("batch of 2 x 1 s", tuple(TEXTS_BATCH[:2]), (1.0, 1.0), num_steps=4),
     ),
 }
 
@@ -69,7 +70,7 @@ NOT_STEPS = {"prompt", "codec", "post-processing", "codec + post-processing"}
 
 
 class OnnxEngine:
-    def __init__(self, model_dir: Path, threads: int, provider: str = "cpu", higgs_dir: Path | None = None):
+    def __init__(self, model_dir: Path, threads: int, provider: str | None = None, higgs_dir: Path | None = None):
         from codes.runtime.synthesis import OmniVoiceOnnx
 
         self.model_dir, self.higgs_dir = Path(model_dir), higgs_dir
@@ -84,7 +85,7 @@ class OnnxEngine:
     def run(self, case: Case, seed: int = 0) -> dict:
         self.tts.timings.clear()
         start = time.perf_counter()
-        _, codes = self.tts.generate(list(case.texts), duration=list(case.seconds), num_step=case.num_step,
+        _, codes = self.tts.generate(list(case.texts), duration=list(case.seconds), num_steps=case.num_steps,
                                      seed=seed, return_codes=True, **DETERMINISTIC)
         total = time.perf_counter() - start
         stages = dict(self.tts.timings)
@@ -109,7 +110,7 @@ class TorchEngine:
         from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
         torch.manual_seed(seed)
-        config = OmniVoiceGenerationConfig(num_step=case.num_step, **DETERMINISTIC)
+        config = OmniVoiceGenerationConfig(num_step=case.num_steps, **DETERMINISTIC)
         clock = time.perf_counter()
         with torch.inference_mode():
             task = self.model._preprocess_all(text=list(case.texts), duration=list(case.seconds))
@@ -144,7 +145,7 @@ def torch_baselines(engines: dict[str, dict]) -> dict[str, str]:
     return {dtype: found[dtype] for dtype in ("fp32", "bf16") if dtype in found}
 
 
-def make_engines(model_dirs, torch_checkpoint, torch_dtypes, threads: int, provider: str = "cpu", higgs_dir=None):
+def make_engines(model_dirs, torch_checkpoint, torch_dtypes, threads: int, provider: str | None = None, higgs_dir=None):
     engines = [OnnxEngine(d, threads, provider, higgs_dir) for d in model_dirs]
     if torch_checkpoint:
         engines += [TorchEngine(torch_checkpoint, dtype, threads) for dtype in torch_dtypes]
@@ -155,19 +156,19 @@ def _summary(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
 
 
-def workload_cases(workload: str, num_step: int | None = None) -> tuple[Case, ...]:
-    """The named cases; num_step overrides their step count (each step is one identical forward)."""
+def workload_cases(workload: str, num_steps: int | None = None) -> tuple[Case, ...]:
+    """The named cases; num_steps overrides their step count (each step is one identical forward)."""
     cases = WORKLOADS[workload]
-    if num_step is None:
+    if num_steps is None:
         return cases
-    return tuple(Case(c.name, c.texts, c.seconds, num_step=num_step) for c in cases)
+    return tuple(Case(c.name, c.texts, c.seconds, num_steps=num_steps) for c in cases)
 
 
 def run_benchmark(engines, cases: tuple[Case, ...], repeats: int, warmup: int, log=print) -> dict:
     results = {engine.name: {} for engine in engines}
     for case in cases:
         # Warm-up: the same shapes for two steps (session prepacking, allocator growth, caches).
-        warm_case = Case(case.name, case.texts, case.seconds, num_step=min(2, case.num_step))
+        warm_case = Case(case.name, case.texts, case.seconds, num_steps=min(2, case.num_steps))
         for engine in engines:
             for _ in range(warmup):
                 engine.run(warm_case)
@@ -180,7 +181,7 @@ def run_benchmark(engines, cases: tuple[Case, ...], repeats: int, warmup: int, l
             totals = [r["total"] for r in runs[engine.name]]
             loop = [r["total"] - sum(v for k, v in r["stages"].items() if k in NOT_STEPS) for r in runs[engine.name]]
             entry = {"total_s": _summary(totals), "rtf": statistics.median(totals) / case.audio_seconds,
-                     "step_s": statistics.median(loop) / case.num_step, "num_step": case.num_step,
+                     "step_s": statistics.median(loop) / case.num_steps, "num_steps": case.num_steps,
                      "frames": case.frames}
             stage_names = runs[engine.name][0]["stages"]
             entry["stages_s"] = {k: statistics.median(r["stages"].get(k, 0.0) for r in runs[engine.name])
@@ -222,7 +223,7 @@ def peak_memory_mb(model_dir: Path, threads: int, workload: str, higgs_dir: Path
         "from codes.checks.bench import Case;"
         "engine = OnnxEngine(sys.argv[2], int(sys.argv[3]), higgs_dir=sys.argv[5] or None);"
         "case = WORKLOADS[sys.argv[4]][0];"
-        "engine.run(Case(case.name, case.texts, case.seconds, num_step=2));"
+        "engine.run(Case(case.name, case.texts, case.seconds, num_steps=2));"
         "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
     )
     root = Path(__file__).resolve().parents[2]  # the repository root, which holds codes/
@@ -232,7 +233,7 @@ def peak_memory_mb(model_dir: Path, threads: int, workload: str, higgs_dir: Path
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
-def step_profile(model_dir: Path, case: Case, threads: int, provider: str = "cpu", steps: int = 3) -> dict:
+def step_profile(model_dir: Path, case: Case, threads: int, provider: str | None = None, steps: int = 3) -> dict:
     """Where one decoding step of `case` goes, by graph and op type, from ONNX Runtime's profiler.
 
     Runs `steps` + 1 steps and leaves out each graph's first call (allocator growth).
@@ -245,10 +246,10 @@ def step_profile(model_dir: Path, case: Case, threads: int, provider: str = "cpu
     with tempfile.TemporaryDirectory() as folder:
         tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads, profile_dir=Path(folder))
         requests = tts.settle(list(case.texts), duration=list(case.seconds))
-        tts.generate_codes(requests, GenerationSettings(num_step=steps + 1, **DETERMINISTIC))
+        tts.generate_codes(requests, GenerationSettings(num_steps=steps + 1, **DETERMINISTIC))
         seconds: dict[tuple[str, str], float] = {}
-        graphs = {"audio_embeddings_encoder": tts.embeddings, "llm_decoder": tts.backbone.session,
-                  "audio_heads_decoder": tts.heads}
+        graphs = {specs.EMBEDDINGS.key: tts.embeddings, specs.BACKBONE.key: tts.backbone.session,
+                  specs.HEADS.key: tts.heads}
         for graph, session in graphs.items():
             events = json.loads(Path(session.end_profiling()).read_text())
             first_end = min(e["ts"] + e["dur"] for e in events if e.get("name") == "model_run")
@@ -293,7 +294,7 @@ def markdown(report: dict) -> str:
         for name in engines:
             e = report["results"][name][case]
             t = e["total_s"]
-            cells = [name, str(e["num_step"]), f"{t['median']:.2f} ({t['min']:.2f}–{t['max']:.2f})",
+            cells = [name, str(e["num_steps"]), f"{t['median']:.2f} ({t['min']:.2f}–{t['max']:.2f})",
                      f"{e['step_s']:.3f}", f"{e['rtf']:.2f}"]
             cells += [f"{report['results'][b][case]['step_s'] / e['step_s']:.2f}" for b in baseline.values()]
             lines.append("| " + " | ".join(cells) + " |")
@@ -347,9 +348,9 @@ class BenchRequest:
     torch_checkpoint: Path | None = None
     torch_dtypes: list[str] = field(default_factory=lambda: ["fp32"])
     higgs_dir: Path | None = None
-    provider: str = "cpu"
+    provider: str | None = None
     workload: str = "default"
-    num_step: int | None = None
+    num_steps: int | None = None
     repeats: int = 3
     warmup: int = 1
     threads: int = 2
@@ -362,13 +363,13 @@ class BenchRequest:
 def benchmark(request: BenchRequest, log=print) -> dict:
     engines = make_engines(request.model_dirs, request.torch_checkpoint, request.torch_dtypes, request.threads,
                            provider=request.provider, higgs_dir=request.higgs_dir)
-    results = run_benchmark(engines, workload_cases(request.workload, request.num_step), request.repeats,
+    results = run_benchmark(engines, workload_cases(request.workload, request.num_steps), request.repeats,
                             request.warmup, log)
     described = {e.name: describe(e) for e in engines}
     reference = reference_engine(described)
     report = {
-        "workload": request.workload, "num_step": request.num_step or "as named", "command": request.command,
-        "threads": request.threads, "provider": request.provider,
+        "workload": request.workload, "num_steps": request.num_steps or "as named", "command": request.command,
+        "threads": request.threads, "provider": engines[0].tts.provider,
         "repeats": request.repeats, "warmup": request.warmup, "date": time.strftime("%Y-%m-%d"),
         "machine": machine(), "results": results,
         "reference": reference, "agreement": token_agreement(results, reference) if reference else {},

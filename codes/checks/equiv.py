@@ -18,7 +18,7 @@ from codes.checks.report import FP32_ABS_BOUND, Row, compare, format_table, prob
 from codes.common.errors import UserError
 from codes.runtime import specs
 from codes.runtime.manifest import FORMAT, MANIFEST_NAME, read_manifest
-from codes.runtime.sessions import BackboneRunner, make_session
+from codes.runtime.sessions import BackboneRunner, make_session, resolve_provider
 
 
 def padded_cfg_batch(text_vocab: int, seed: int = 0, cond_lens=(23, 15), target_lens=(9, 6), ref_lens=(5, 0)):
@@ -51,9 +51,9 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
     model = load_omnivoice(Path(source))
     precision = manifest.data.get("precision", {})
     llm_precision, embed_precision, heads_precision = (precision.get(k, "?") for k in ("llm", "embeddings", "heads"))
-    embed_session = make_session(manifest.path_of("audio_embeddings_encoder"), provider)
-    backbone = BackboneRunner(make_session(manifest.path_of("llm_decoder"), provider))
-    heads_session = make_session(manifest.path_of("audio_heads_decoder"), provider)
+    embed_session = make_session(manifest.path_of(specs.EMBEDDINGS.key), provider)
+    backbone = BackboneRunner(make_session(manifest.path_of(specs.BACKBONE.key), provider))
+    heads_session = make_session(manifest.path_of(specs.HEADS.key), provider)
 
     input_ids, audio_mask, attention_mask, _ = padded_cfg_batch(model.config.llm_config.vocab_size)
     with torch.no_grad():
@@ -67,7 +67,7 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
     defined = attention_mask.any(axis=(1, 3))  # [2B, S]
     rows = []
     embeds = embed_session.run(None, {"input_ids": input_ids, "audio_mask": audio_mask})[0]
-    rows.append(compare("audio_embeddings_encoder", embed_precision, embeds, ref_embeds, embed_precision == "fp32"))
+    rows.append(compare(specs.EMBEDDINGS.key, embed_precision, embeds, ref_embeds, embed_precision == "fp32"))
     hidden = backbone(ref_embeds, attention_mask)
     rows.append(compare("llm_decoder hidden (padded CFG batch)", llm_precision, hidden[defined], ref_hidden[defined],
                         llm_precision == "fp32"))
@@ -87,14 +87,12 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
 
 def source_of(manifest, source: str | None) -> Path:
     """--source, else the checkpoint the manifest names (generated ones are regenerated on demand)."""
-    from codes.export.checkpoint import resolve_checkpoint
+    from codes.export.checkpoint import generated_checkpoint, resolve_checkpoint
 
     if source:
         return resolve_checkpoint(source, need_backbone=False).path
     recorded = manifest.data.get("source", {})
     if recorded.get("kind") in ("tiny-random", "full-random"):
-        from codes.export.generated import generated_checkpoint
-
         return generated_checkpoint(recorded["kind"], seed=recorded.get("seed", 0)).path
     path = recorded.get("path")
     if path and Path(path).is_dir():
@@ -115,17 +113,23 @@ def manifest_format(folder: Path) -> str | None:
     return data.get("format") if isinstance(data, dict) else None
 
 
-def run_equivalence(folder: Path, source: str | None, provider: str = "cpu") -> tuple[list[Row], str]:
+def run_equivalence(folder: Path, source: str | None, provider: str | None = None,
+                    higgs_dir: Path | None = None) -> tuple[list[Row], str]:
+    """Rows for every graph of the build in `folder` (and of the codec in `higgs_dir`, or the build's own)."""
     folder = Path(folder)
     if manifest_format(folder) != FORMAT:
-        rows = foreign_backbone_rows(folder, provider)
+        rows = foreign_backbone_rows(folder, provider or "cpu")
         return rows, f"{folder}: not an omnivoice-onnx build; probing its backbone only\n" + format_table(rows)
     manifest = read_manifest(folder)
+    provider = resolve_provider(provider, manifest.data.get("execution_provider"))
     source_path = source_of(manifest, source)
     rows = []
     if manifest.sub_models:
         rows += backbone_equivalence(folder, manifest, source_path, provider)
-    if manifest.higgs:
-        rows += codec_equivalence(manifest.higgs_folder(), manifest.higgs, source_path / specs.HIGGS_DIR)
-    title = f"{folder} ({manifest.data.get('profile')}) vs upstream {source_path}"
+    codec_holder = read_manifest(higgs_dir) if higgs_dir is not None else manifest
+    if codec_holder.is_codec or codec_holder.higgs:
+        codec_folder, section = codec_holder.codec()
+        codec_source = source_path if higgs_dir is None else source_of(read_manifest(codec_folder), source)
+        rows += codec_equivalence(codec_folder, section, codec_source / specs.HIGGS_DIR)
+    title = f"{folder} ({manifest.data.get('profile', 'codec')}) vs upstream {source_path}"
     return rows, title + "\n" + format_table(rows)

@@ -16,6 +16,7 @@ import numpy as np
 from codes.checks.report import FP32_ABS_BOUND, Row, relative_error
 from codes.export.generated_higgs import speech_like_signal
 from codes.runtime.codec import HiggsCodec
+from codes.runtime.specs import ACOUSTIC_ENCODER, HIGGS_DECODER
 
 # fp16 decoded audio against fp32 upstream must keep 40 dB SNR (docs/DESIGN.md §bounds).
 FP16_MIN_SNR_DB = 40.0
@@ -60,8 +61,8 @@ def codec_equivalence(higgs_dir, section: dict, source_dir, codec: HiggsCodec | 
     codec = codec or HiggsCodec(higgs_dir, section)
     hop = codec.hop_length
     files = section["files"]
-    enc_precision = files["acoustic_encoder"].get("precision", section["precision"])
-    dec_precision = files["higgs_decoder"].get("precision", section["precision"])
+    enc_precision = files[ACOUSTIC_ENCODER.key].get("precision", section["precision"])
+    dec_precision = files[HIGGS_DECODER.key].get("precision", section["precision"])
 
     def upstream_codes(batch: np.ndarray) -> np.ndarray:
         with torch.no_grad():

@@ -6,7 +6,8 @@ class UserError(Exception):
 
 
 def run_cli(main) -> int:
-    """Run an entry point's main(); a UserError becomes `error: ...` on stderr and exit 2."""
+    """Run an entry point's main(); a UserError becomes `error: ...` on stderr and exit 2, and an
+    error raised inside ONNX Runtime becomes one `error:` line and exit 1 (never a traceback)."""
     import sys
 
     try:
@@ -17,3 +18,9 @@ def run_cli(main) -> int:
     except KeyboardInterrupt:
         print("error: interrupted; nothing was written", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if not type(exc).__module__.startswith("onnxruntime"):
+            raise
+        first_line = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        print(f"error: ONNX Runtime failed: {first_line}", file=sys.stderr)
+        return 1

@@ -1,7 +1,11 @@
-"""One build: checkpoint -> ONNX graphs -> manifest, in a staging folder swapped in at the end.
+"""One build: checkpoint -> ONNX graphs -> manifest, owning exactly the files it writes.
 
-An interrupted or failed build leaves the previous output untouched and no
-manifest pointing at missing files; re-running the same command is safe.
+The build is staged in full beside the output, then its files are moved into place with
+the manifests last. Rebuilding replaces only a previous build's own files (those its
+manifests list): nested builds, the user's files and, when only the backbone is rebuilt,
+the codec folder are never touched. A file the build would overwrite that no build of ours
+wrote is refused unless --overwrite. A failed or interrupted build leaves the previous one
+as it was.
 """
 
 from __future__ import annotations
@@ -14,22 +18,23 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codes.runtime import specs
-from codes.export.checkpoint import Checkpoint, load_omnivoice
 from codes.common.errors import UserError
-from codes.runtime.manifest import MANIFEST_NAME, write_manifest
-from codes.export.profiles import Profile
-from codes.export.lookup_tables import lookup_tables_to_fp16
+from codes.common.quiet import library_output
+from codes.export.checkpoint import Checkpoint, load_omnivoice
+from codes.export.codec_build import build_codec
+from codes.export.manifest_write import write_manifest
 from codes.export.olive_build import olive_export
 from codes.export.onnx_io import files_of, graph_io
+from codes.export.profiles import Profile
+from codes.export.submodels import BACKBONE_GRAPHS, CODEC_GRAPHS
+from codes.runtime import specs
+from codes.runtime.manifest import CODEC_KIND, FORMAT, MANIFEST_NAME
 
-# Olive loaders and dummy-input functions in user_script.py, per sub-model.
-OLIVE_ENTRY_POINTS = {
-    "audio_embeddings_encoder": ("load_audio_embeddings_encoder", "audio_embeddings_encoder_inputs"),
-    "audio_heads_decoder": ("load_audio_heads_decoder", "audio_heads_decoder_inputs"),
-    "llm_decoder": ("load_llm_backbone", "llm_backbone_inputs"),
-}
 LLM_EXPORTS = ("genai", "torch")
+# ONNX Runtime's CPU GroupQueryAttention (the genai graph's attention) runs only head sizes that are
+# multiples of 16; it fails at the first synthesis step otherwise.
+GQA_HEAD_SIZE_MULTIPLE = 16
+CODEC_MANIFEST = f"{specs.HIGGS_DIR}/{MANIFEST_NAME}"
 
 
 @dataclass
@@ -37,68 +42,94 @@ class BuildRequest:
     checkpoint: Checkpoint
     profile: Profile
     output: Path
-    llm_export: str | None = None  # None: the profile's default
+    llm_export: str | None = None  # None: the profile's default (or torch where genai cannot run)
     include_higgs: bool = False
     higgs_only: bool = False
-    higgs_precision: str = "fp16"
+    higgs_precision: str | None = None  # None: the profile's codec precision
     overwrite: bool = False
+    log: object = print
     timings: dict = field(default_factory=dict)
 
     @property
-    def llm_method(self) -> str:
-        return self.llm_export or self.profile.llm_export
+    def builds_backbone(self) -> bool:
+        return not self.higgs_only
+
+    @property
+    def builds_codec(self) -> bool:
+        return self.include_higgs or self.higgs_only
 
 
-def check_output(output: Path, overwrite: bool) -> None:
+@dataclass
+class Previous:
+    """What builds of ours already own in the output folder: paths relative to it."""
+
+    top: dict | None = None  # the build's manifest, if it is ours
+    codec: dict | None = None  # audio_tokenizer/'s own manifest, if it is ours
+    owned: set = field(default_factory=set)
+
+    @classmethod
+    def read(cls, output: Path) -> Previous:
+        previous = cls(top=_our_manifest(output / MANIFEST_NAME), codec=_our_manifest(output / CODEC_MANIFEST))
+        if previous.top is not None:
+            previous.owned |= {MANIFEST_NAME, *previous.top.get("files", {})}
+        if previous.codec is not None and previous.codec.get("kind") == CODEC_KIND:
+            previous.owned |= {CODEC_MANIFEST, *(f"{specs.HIGGS_DIR}/{n}" for n in previous.codec.get("files", {}))}
+        else:
+            previous.codec = None
+        return previous
+
+
+def _our_manifest(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+
+
+def build(request: BuildRequest) -> Path:
+    """Run the whole build and return the output folder."""
+    output = Path(request.output)
+    profile = request.profile.with_codec(request.higgs_precision)
+    llm_export, llm_reason = _llm_export(request) if request.builds_backbone else (None, None)
     if output.exists() and not output.is_dir():
         raise UserError(f"--output {output} is a file; pass a folder path")
-    if output.is_dir() and any(output.iterdir()) and not overwrite:
-        what = "an older build" if (output / MANIFEST_NAME).is_file() else "files"
-        raise UserError(f"--output {output} already holds {what}; pass --overwrite to replace it, or choose another folder")
+    previous = Previous.read(output)
+    _check_collisions(output, _planned_files(request), previous, request.overwrite)
     parent = output.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     if not os.access(parent, os.W_OK):
         raise UserError(f"cannot write into {parent}; choose an --output folder you can write to")
 
-
-def quiet_libraries() -> None:
-    """Per-tensor progress bars from transformers drown the build's own report."""
-    import warnings
-
-    import transformers
-
-    # omnivoice imports pydub, which warns about ffmpeg; nothing here decodes compressed audio with it.
-    warnings.filterwarnings("ignore", message="Couldn't find ffmpeg")
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-
-
-def build(request: BuildRequest) -> Path:
-    """Run the whole build and return the output folder."""
-    quiet_libraries()
-    output = Path(request.output)
-    if request.llm_method not in LLM_EXPORTS:
-        raise UserError(f"--llm-export {request.llm_method!r} is not one of {', '.join(LLM_EXPORTS)}")
-    if request.higgs_precision not in ("fp16", "fp32"):
-        raise UserError(f"--higgs-precision {request.higgs_precision!r}: the codec builds in fp16 or fp32, never int4")
-    check_output(output, request.overwrite)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=output.resolve().parent))
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=parent))
     staging.chmod(0o755)  # mkdtemp makes it private; a build folder is meant to be shared
     work = Path(tempfile.mkdtemp(prefix="omnivoice-onnx-work-"))
     try:
-        body = {}
-        if not request.higgs_only:
-            body.update(_build_backbone(request, staging, work))
-        if request.include_higgs or request.higgs_only:
-            body["higgs"] = _build_higgs(request, staging)
-        body.update(_describe(request))
-        write_manifest(staging, body)
-        _swap_in(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        body, backbone_files = {}, []
+        if request.builds_backbone:
+            body, backbone_files = _build_backbone(request, profile, llm_export, llm_reason, staging, work)
+        elif previous.top is not None and previous.top.get("sub_models"):
+            body = {k: v for k, v in previous.top.items() if k not in ("format", "format_version", "toolkit_version", "files")}
+        codec_files = []
+        if request.builds_codec:
+            codec_files = _build_codec(request, profile, staging, work)
+            codec_section = json.loads((staging / CODEC_MANIFEST).read_text())["codec"]
+        else:
+            codec_section = previous.codec["codec"] if previous.codec else None
+        body.update(_describe(request, profile))
+        body.pop("higgs", None)
+        if codec_section is not None:
+            body["higgs"] = {"dir": specs.HIGGS_DIR, **codec_section}
+        hashes = None  # a backbone build hashes what it wrote; a codec-only one keeps the backbone's hashes
+        if not request.builds_backbone:
+            kept = (previous.top or {}).get("files", {}) if body.get("sub_models") else {}
+            hashes = {name: digest for name, digest in kept.items() if not name.startswith(f"{specs.HIGGS_DIR}/")}
+        write_manifest(staging, body, backbone_files, hashes)
+        written = backbone_files + codec_files + [MANIFEST_NAME]
+        _check_collisions(output, written, previous, request.overwrite)
+        _install(staging, output, written, _stale(previous, written, request))
     finally:
+        shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
     return output
 
@@ -110,54 +141,145 @@ def _timed(request: BuildRequest, key: str, fn, *args, **kwargs):
     return result
 
 
-def _build_backbone(request: BuildRequest, staging: Path, work: Path) -> dict:
-    ckpt, profile = request.checkpoint, request.profile
+def _llm_export(request: BuildRequest) -> tuple[str, str | None]:
+    """The backbone's export path, and why it differs from the profile's, if it does."""
+    llm = json.loads((request.checkpoint.path / "config.json").read_text())["llm_config"]
+    head_dim = llm.get("head_dim") or llm["hidden_size"] // llm["num_attention_heads"]
+    genai_runs = head_dim % GQA_HEAD_SIZE_MULTIPLE == 0
+    if request.llm_export is not None:
+        if request.llm_export not in LLM_EXPORTS:
+            raise UserError(f"--llm-export {request.llm_export!r} is not one of {', '.join(LLM_EXPORTS)}")
+        if request.llm_export == "genai" and not genai_runs:
+            raise UserError(f"this checkpoint's head_dim is {head_dim}; ONNX Runtime's GroupQueryAttention (the genai "
+                            f"graph) runs only multiples of {GQA_HEAD_SIZE_MULTIPLE}: pass --llm-export torch")
+        return request.llm_export, None
+    if request.profile.llm_export == "genai" and not genai_runs:
+        reason = (f"head_dim {head_dim} is not a multiple of {GQA_HEAD_SIZE_MULTIPLE}, which ONNX Runtime's "
+                  "GroupQueryAttention needs")
+        request.log(f"note: {reason}; exporting the backbone with torch instead (--llm-export torch)")
+        return "torch", reason
+    return request.profile.llm_export, None
+
+
+def _planned_files(request: BuildRequest) -> list[str]:
+    """The files the build will write (before building: for refusing early)."""
+    names = [MANIFEST_NAME]
+    if request.builds_backbone:
+        names += [n for entry in BACKBONE_GRAPHS for n in (entry.spec.filename, entry.spec.filename + ".data")]
+        names += [p.name for p in request.checkpoint.tokenizer_files()]
+    if request.builds_codec:
+        names += [f"{specs.HIGGS_DIR}/{n}" for entry in CODEC_GRAPHS
+                  for n in (entry.spec.filename, entry.spec.filename + ".data")] + [CODEC_MANIFEST]
+    return names
+
+
+def _check_collisions(output: Path, names: list[str], previous: Previous, overwrite: bool) -> None:
+    """Refuse to overwrite what no build of ours wrote (unless --overwrite), and never replace a folder."""
+    foreign = []
+    for name in names:
+        path = output / name
+        if path.is_dir() or (path.exists() and not path.is_file()):
+            raise UserError(f"--output {output}: {name} is a folder, where the build writes a file; "
+                            "move it away or choose another folder")
+        if path.is_file() and name not in previous.owned:
+            foreign.append(name)
+    if foreign and not overwrite:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise UserError(f"--output {output} holds {foreign[0]}{more}, which no omnivoice-onnx build wrote; "
+                        "pass --overwrite to replace those files, or choose another folder")
+
+
+def _stale(previous: Previous, written: list[str], request: BuildRequest) -> list[str]:
+    """Files of the previous build of a rebuilt part that the new build no longer writes."""
+    codec_prefix = f"{specs.HIGGS_DIR}/"
+    rebuilt = [name for name in previous.owned
+               if (request.builds_codec if name.startswith(codec_prefix) else request.builds_backbone)]
+    return sorted(set(rebuilt) - set(written))
+
+
+def _install(staging: Path, output: Path, names: list[str], stale: list[str]) -> None:
+    """Move the staged files into output in order (manifests last). On any failure the files
+    already moved are put back as they were."""
+    backup = staging / ".previous"
+    done: list[tuple[Path, Path | None]] = []
+    made_dirs: list[Path] = []
+    try:
+        for name in names:
+            target = output / name
+            for folder in reversed(target.parents):
+                if folder not in made_dirs and not folder.exists():
+                    folder.mkdir()
+                    made_dirs.append(folder)
+            saved = None
+            if target.exists():
+                saved = backup / name
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(target, saved)
+            done.append((target, saved))
+            os.replace(staging / name, target)
+    except BaseException:
+        for target, saved in reversed(done):
+            if saved is not None:
+                os.replace(saved, target)
+            else:
+                target.unlink(missing_ok=True)
+        for folder in reversed(made_dirs):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
+    for name in stale:
+        (output / name).unlink(missing_ok=True)
+
+
+def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, llm_reason: str | None,
+                    staging: Path, work: Path) -> tuple[dict, list[str]]:
+    ckpt = request.checkpoint
     config = json.loads((ckpt.path / "config.json").read_text())
-    hidden = config["llm_config"]["hidden_size"]
     sub_models = {}
-    for spec, precision in ((specs.embeddings_spec(hidden), profile.embeddings_precision),
-                            (specs.heads_spec(hidden), profile.heads_precision)):
-        loader, dummy = OLIVE_ENTRY_POINTS[spec.key]
-        if spec.key == "audio_embeddings_encoder" and precision == "fp16":  # fp16 tables, fp32 maths
-            path = _timed(request, spec.key, olive_export, spec, ckpt.path, loader, dummy, "fp32", staging, work,
-                          transform=lookup_tables_to_fp16)
+    for entry in BACKBONE_GRAPHS:
+        recipe = profile.recipe(entry.part, llm_export)
+        if entry.part == "llm" and llm_export == "genai":
+            from codes.export.llm_genai import build_llm_genai
+
+            with library_output("the backbone's export"):
+                omnivoice = load_omnivoice(ckpt.path)
+                path = _timed(request, entry.key, build_llm_genai, omnivoice, staging, work, recipe,
+                              profile.genai_target)
+            built_with = "genai"
         else:
-            path = _timed(request, spec.key, olive_export, spec, ckpt.path, loader, dummy, precision, staging, work)
-        sub_models[spec.key] = _sub_model_entry(path, staging, precision, "olive")
-
-    spec = specs.backbone_spec(hidden)
-    if request.llm_method == "genai":
-        from codes.export.llm_genai import build_llm_genai
-
-        omnivoice = load_omnivoice(ckpt.path)
-        path = _timed(request, spec.key, build_llm_genai, omnivoice, staging, work,
-                      profile.llm_precision, profile.genai_target)
-        how = "onnxruntime-genai create_model (exclude_embeds, exclude_lm_head), GQA patched to causal=0 + attention_bias"
-    else:
-        loader, dummy = OLIVE_ENTRY_POINTS[spec.key]
-        path = _timed(request, spec.key, olive_export, spec, ckpt.path, loader, dummy,
-                      profile.llm_precision, staging, work)
-        how = "torch.onnx.export (legacy, via Olive OnnxConversion) with the 4-D bool mask"
-    sub_models[spec.key] = _sub_model_entry(path, staging, profile.llm_precision, request.llm_method)
-    sub_models[spec.key]["build"] = how
+            path = _timed(request, entry.key, olive_export, entry, ckpt.path, recipe, staging, work)
+            built_with = "torch" if entry.part == "llm" else "olive"
+        sub_models[entry.key] = _sub_model_entry(path, staging, recipe.precision, built_with)
+    llm = sub_models[specs.BACKBONE.key]
+    llm["build"] = ("onnxruntime-genai create_model (exclude_embeds, exclude_lm_head), GQA patched to causal=0 + "
+                    "attention_bias" if llm_export == "genai"
+                    else "torch.onnx.export (legacy, via Olive OnnxConversion) with the 4-D bool mask")
+    if llm_reason:
+        llm["build_reason"] = llm_reason
 
     tokenizer_files = []
     for source in ckpt.tokenizer_files():
         shutil.copy2(source, staging / source.name)
         tokenizer_files.append(source.name)
-    return {
+    body = {
         "sub_models": sub_models,
         "tokenizer": {"files": tokenizer_files, "special_tokens": _special_tokens(staging)},
         "model": _model_facts(config),
+        "precision": {part: profile.precision[part] for part in ("llm", "embeddings", "heads")},
+        "attention": "bidirectional",
+        "llm_build": llm_export,
     }
+    graph_files = [name for entry in sub_models.values() for name in (entry["filename"], *entry["external_data"])]
+    return body, graph_files + tokenizer_files
 
 
-def _build_higgs(request: BuildRequest, staging: Path) -> dict:
-    from codes.export.higgs import build_higgs
-
-    section = _timed(request, "higgs", build_higgs, request.checkpoint.higgs_path,
-                     staging / specs.HIGGS_DIR, request.higgs_precision)
-    return section
+def _build_codec(request: BuildRequest, profile: Profile, staging: Path, work: Path) -> list[str]:
+    """The codec folder, staged with its own manifest; returns its files relative to the build."""
+    codec_dir = staging / specs.HIGGS_DIR
+    section, files = _timed(request, "higgs", build_codec, request.checkpoint.higgs_path, codec_dir,
+                            profile.recipe("codec"), work, log=request.log)
+    write_manifest(codec_dir, {"kind": CODEC_KIND, "source": request.checkpoint.identity, "codec": section}, files)
+    return [f"{specs.HIGGS_DIR}/{name}" for name in files] + [CODEC_MANIFEST]
 
 
 def _sub_model_entry(path: Path, folder: Path, precision: str, built_with: str) -> dict:
@@ -176,8 +298,8 @@ def _sub_model_entry(path: Path, folder: Path, precision: str, built_with: str) 
 
 
 def _special_tokens(folder: Path) -> dict[str, int]:
-    from codes.runtime.text_tokenizer import TextTokenizer
     from codes.export.tokenizer_build import OMNIVOICE_SPECIAL_TOKENS
+    from codes.runtime.text_tokenizer import TextTokenizer
 
     tokenizer = TextTokenizer.from_dir(folder)
     return {token: tokenizer.token_id(token) for token in OMNIVOICE_SPECIAL_TOKENS}
@@ -195,17 +317,15 @@ def _model_facts(config: dict) -> dict:
     }
 
 
-def _describe(request: BuildRequest) -> dict:
+def _describe(request: BuildRequest, profile: Profile) -> dict:
+    """What every manifest of this build says about where it came from and how to run it."""
     from codes.runtime.settings import GenerationSettings
 
-    profile = request.profile
     ckpt_id = request.checkpoint.identity
     model_id = ckpt_id.get("repo_id") or (ckpt_id["kind"] if ckpt_id.get("kind") != "local" else request.checkpoint.path.name)
-    body = {
+    describe = {
         "model_id": model_id,
         "source": ckpt_id,
-        "profile": profile.name,
-        "execution_provider": profile.execution_provider,
         "audio": {
             "num_codebooks": specs.NUM_CODEBOOKS,
             "audio_vocab_size": specs.AUDIO_VOCAB_SIZE,
@@ -216,24 +336,10 @@ def _describe(request: BuildRequest) -> dict:
             "hop_length": specs.HOP_LENGTH,
         },
         "decoding_defaults": GenerationSettings().to_dict(),
-        "build_seconds": dict(request.timings),
     }
-    if not request.higgs_only:
-        body.update({
-            "precision": {"llm": profile.llm_precision, "embeddings": profile.embeddings_precision,
-                          "heads": profile.heads_precision},
-            "attention": "bidirectional",
-            "llm_build": request.llm_method,
-        })
-    return body
-
-
-def _swap_in(staging: Path, output: Path) -> None:
-    """Replace output with staging; the old build is removed only once the new one is in place."""
-    old = None
-    if output.exists():
-        old = output.with_name(f".{output.name}.old-{os.getpid()}")
-        os.rename(output, old)
-    os.rename(staging, output)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    if request.builds_backbone:  # a codec-only rebuild keeps the backbone's profile and timings
+        describe.update({"profile": profile.name, "execution_provider": profile.execution_provider,
+                         "build_seconds": dict(request.timings)})
+    else:
+        describe["codec_build_seconds"] = dict(request.timings)
+    return describe

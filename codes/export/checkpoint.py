@@ -93,8 +93,6 @@ def identity_of(path: Path) -> dict:
 def resolve_checkpoint(model: str, need_backbone: bool = True, need_higgs: bool = False) -> Checkpoint:
     """Turn --model into a checked local folder. Generated models are made (once) in the cache."""
     if model in GENERATED:
-        from codes.export.generated import generated_checkpoint
-
         ckpt = generated_checkpoint(model)
     elif Path(model).exists():
         path = Path(model)
@@ -110,12 +108,18 @@ def resolve_checkpoint(model: str, need_backbone: bool = True, need_higgs: bool 
     return ckpt
 
 
-def load_omnivoice(path: Path, with_tokenizers: bool = False):
+def generated_checkpoint(name: str, seed: int = 0) -> Checkpoint:
+    """`tiny-random` or `full-random`, made once into the cache."""
+    from codes.export.generated import generated_folder
+
+    return Checkpoint(*generated_folder(name, seed))
+
+
+def load_omnivoice(path: Path):
     """Upstream's model on CPU in fp32 with SDPA attention (eager ignores the padding mask, docs/DESIGN.md §sdpa)."""
     import torch
     from omnivoice.models.omnivoice import OmniVoice
 
-    model = OmniVoice.from_pretrained(
-        str(path), train=not with_tokenizers, attn_implementation="sdpa", dtype=torch.float32
-    )
+    # train=True loads the model alone, without the tokenizers and codec that export never needs.
+    model = OmniVoice.from_pretrained(str(path), train=True, attn_implementation="sdpa", dtype=torch.float32)
     return model.eval()

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 from codes.common.cache import cache_dir
-from codes.export.checkpoint import Checkpoint
+from codes.common.quiet import library_output
 
 GENERATOR_VERSION = 2  # bump whenever the generated weights change (tiny.py or tiny_higgs.py)
 
@@ -102,15 +102,17 @@ def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0)
     return out_dir
 
 
-def generated_checkpoint(name: str, seed: int = 0) -> Checkpoint:
-    """`tiny-random` / `full-random`, generated once into the cache (atomically: a folder swap)."""
+def generated_folder(name: str, seed: int = 0) -> tuple[Path, dict]:
+    """`tiny-random` / `full-random`, generated once into the cache (atomically: a folder swap);
+    returns the folder and the checkpoint's identity."""
     size = name.split("-")[0]
     final = cache_dir("checkpoints") / f"{name}-v{GENERATOR_VERSION}-seed{seed}"
     if not (final / "config.json").is_file():
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         tmp.chmod(0o755)
         try:
-            write_omnivoice_checkpoint(tmp, size=size, seed=seed)
+            with library_output(f"generating {name}"):
+                write_omnivoice_checkpoint(tmp, size=size, seed=seed)
             try:
                 os.rename(tmp, final)
             except OSError:  # another process finished first
@@ -119,5 +121,5 @@ def generated_checkpoint(name: str, seed: int = 0) -> Checkpoint:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     identity = {"kind": name, "seed": seed, "generator_version": GENERATOR_VERSION, "path": str(final)}
-    return Checkpoint(final, identity)
+    return final, identity
 

@@ -25,30 +25,17 @@ keeps one input rate for all encoders.
 from __future__ import annotations
 
 import json
-import time
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from codes.runtime.specs import (
-    ACOUSTIC_ENCODER,
-    CODEBOOK_SIZE,
-    HIGGS_DECODER,
-    HIGGS_DIR,
-    HIGGS_SPECS,
-    HOP_LENGTH,
-    NUM_CODEBOOKS,
-    QUANTIZER_ENCODER,
-    SAMPLE_RATE,
-    SEMANTIC_ENCODER,
-)
+from codes.runtime.specs import CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
 
 SEMANTIC_SAMPLE_RATE = 16000
 # Upstream pads the 16 kHz signal by 160 samples per side before HuBERT (not hop/2).
 SEMANTIC_PAD = 160
-PRECISIONS = ("fp16", "fp32")
 
 
 # --- preparation ---------------------------------------------------------------------
@@ -102,7 +89,21 @@ def _whole_hops(waveform):
     return waveform.reshape(batch, frames, HOP_LENGTH).reshape(batch, 1, frames * HOP_LENGTH)
 
 
-class AcousticEncoder(nn.Module):
+class CodecGraph(nn.Module):
+    """A graph cut out of upstream's codec, loaded from `<ckpt>/audio_tokenizer`; `example_inputs`
+    gives export-time inputs with batch and frames > 1, so no axis is specialised to 1."""
+
+    @classmethod
+    def load(cls, source_dir) -> nn.Module:
+        # The legacy exporter copies the wrapper's training flag onto its children: eval() it.
+        return cls(load_prepared_higgs(str(Path(source_dir).resolve()))).eval()
+
+    @classmethod
+    def example_inputs(cls, source_dir, batch: int = 2, frames: int = 3) -> tuple:
+        return (0.1 * torch.randn(batch, 1, frames * HOP_LENGTH, generator=_generator()),)
+
+
+class AcousticEncoder(CodecGraph):
     def __init__(self, codec):
         super().__init__()
         self.encoder = codec.acoustic_encoder
@@ -136,7 +137,7 @@ class SincResampler(nn.Module):
         return resampled.transpose(1, 2).reshape(waveform.shape[0], -1)
 
 
-class SemanticEncoder(nn.Module):
+class SemanticEncoder(CodecGraph):
     def __init__(self, codec):
         super().__init__()
         config = codec.config
@@ -155,7 +156,14 @@ class SemanticEncoder(nn.Module):
         return self.encoder(features.transpose(1, 2))
 
 
-class QuantizerEncoder(nn.Module):
+class QuantizerEncoder(CodecGraph):
+    @classmethod
+    def example_inputs(cls, source_dir, batch: int = 2, frames: int = 3) -> tuple:
+        acoustic_dim, semantic_dim = feature_dims(source_dir)
+        gen = _generator()
+        return (torch.randn(batch, acoustic_dim, frames, generator=gen),
+                torch.randn(batch, semantic_dim, frames, generator=gen))
+
     def __init__(self, codec):
         super().__init__()
         self.fc = codec.fc
@@ -167,7 +175,11 @@ class QuantizerEncoder(nn.Module):
         return self.quantizer.encode(embeddings).transpose(0, 1)
 
 
-class HiggsDecoder(nn.Module):
+class HiggsDecoder(CodecGraph):
+    @classmethod
+    def example_inputs(cls, source_dir, batch: int = 2, frames: int = 3) -> tuple:
+        return (torch.randint(0, CODEBOOK_SIZE, (batch, NUM_CODEBOOKS, frames), generator=_generator()),)
+
     def __init__(self, codec):
         super().__init__()
         self.quantizer = codec.quantizer
@@ -179,131 +191,11 @@ class HiggsDecoder(nn.Module):
         return self.decoder(self.fc2(quantized.transpose(1, 2)).transpose(1, 2))
 
 
-WRAPPERS = {
-    ACOUSTIC_ENCODER.key: AcousticEncoder,
-    SEMANTIC_ENCODER.key: SemanticEncoder,
-    QUANTIZER_ENCODER.key: QuantizerEncoder,
-    HIGGS_DECODER.key: HiggsDecoder,
-}
-SPECS = {spec.key: spec for spec in HIGGS_SPECS}
-
-
-def wrap(key: str, source_dir) -> nn.Module:
-    # The legacy exporter copies the wrapper's training flag onto its children: eval() it.
-    return WRAPPERS[key](load_prepared_higgs(str(Path(source_dir).resolve()))).eval()
-
-
 def feature_dims(source_dir) -> tuple[int, int]:
     """(acoustic_dim, semantic_dim) from config.json, without loading weights."""
     config = json.loads((Path(source_dir) / "config.json").read_text())
     return config["acoustic_model_config"]["hidden_size"], config["semantic_model_config"]["hidden_size"]
 
 
-def dummy_inputs(key: str, source_dir, batch: int = 2, frames: int = 3) -> tuple:
-    """Export-time inputs; batch and frames are > 1 so no axis is specialised to 1."""
-    gen = torch.Generator().manual_seed(0)
-    if key in (ACOUSTIC_ENCODER.key, SEMANTIC_ENCODER.key):
-        return (0.1 * torch.randn(batch, 1, frames * HOP_LENGTH, generator=gen),)
-    if key == QUANTIZER_ENCODER.key:
-        acoustic_dim, semantic_dim = feature_dims(source_dir)
-        return (torch.randn(batch, acoustic_dim, frames, generator=gen),
-                torch.randn(batch, semantic_dim, frames, generator=gen))
-    if key == HIGGS_DECODER.key:
-        return (torch.randint(0, CODEBOOK_SIZE, (batch, NUM_CODEBOOKS, frames), generator=gen),)
-    raise KeyError(key)
-
-
-# --- build ---------------------------------------------------------------------------
-
-
-def graph_float_dtype(model_file: Path) -> str:
-    """'float16' if the graph computes in fp16 (its initializers are), else 'float32'."""
-    import onnx
-
-    model = onnx.load(str(model_file), load_external_data=False)
-    types = {init.data_type for init in model.graph.initializer}
-    return "float16" if onnx.TensorProto.FLOAT16 in types else "float32"
-
-
-# The nearest-codebook search computes |x|^2 - 2 x.e + |e|^2, which cancels badly in
-# fp16, and the quantizer is ~1 M parameters: it stays fp32 in every build.
-ALWAYS_FP32 = (QUANTIZER_ENCODER.key,)
-
-
-def _loader_names(key: str) -> tuple[str, str]:
-    """The user_script.py functions Olive calls for this graph."""
-    return f"load_higgs_{key}", f"higgs_{key}_inputs"
-
-
-def feature_extractor_settings(source_dir) -> dict:
-    """What the runtime needs from upstream's preprocessor_config.json, checked."""
-    path = Path(source_dir) / "preprocessor_config.json"
-    settings = json.loads(path.read_text())
-    wanted = {"sampling_rate": SAMPLE_RATE, "hop_length": HOP_LENGTH, "feature_size": 1}
-    for name, value in wanted.items():
-        if settings.get(name) != value:
-            raise ValueError(f"{path}: {name} is {settings.get(name)!r}; the codec runtime needs {value}")
-    return {"sampling_rate": SAMPLE_RATE, "hop_length": HOP_LENGTH, "feature_size": 1,
-            "padding_value": float(settings.get("padding_value", 0.0))}
-
-
-def _manifest_tensors(tensors, graph_tensors: list[dict]) -> list[dict]:
-    by_name = {t["name"]: t for t in graph_tensors}
-    entries = []
-    for spec in tensors:
-        built = by_name.get(spec.name)
-        if built is None:
-            raise RuntimeError(f"built graph lacks tensor {spec.name!r} (has {sorted(by_name)})")
-        entries.append(spec.to_manifest(built["dtype"]))
-    return entries
-
-
-def build_higgs(source_audio_tokenizer_dir, out_dir, precision: str = "fp16", work_dir=None, log=print) -> dict:
-    """Export the four codec graphs into `out_dir`; return the manifest's "higgs" section."""
-    import tempfile
-
-    from codes.common.fileio import sha256_file
-    from codes.export.olive_build import olive_export
-    from codes.export.onnx_io import graph_io
-
-    if precision not in PRECISIONS:
-        raise ValueError(f"codec precision {precision!r} is not one of {', '.join(PRECISIONS)} (never int4)")
-    source = Path(source_audio_tokenizer_dir).resolve()
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    codec = load_prepared_higgs(str(source))  # validates the layout before any export
-    feature_extractor = feature_extractor_settings(source)
-
-    files = {}
-    with tempfile.TemporaryDirectory(prefix="higgs_olive_", dir=work_dir) as olive_dir:
-        for spec in HIGGS_SPECS:
-            graph_precision = "fp32" if spec.key in ALWAYS_FP32 else precision
-            loader, inputs_func = _loader_names(spec.key)
-            started = time.perf_counter()
-            path = olive_export(spec, source, loader, inputs_func, graph_precision, out_dir, Path(olive_dir))
-            seconds = time.perf_counter() - started
-            graph_inputs, graph_outputs, _ = graph_io(path)
-            files[spec.key] = {
-                "filename": path.name,
-                "precision": "fp16" if graph_float_dtype(path) == "float16" else "fp32",
-                "inputs": _manifest_tensors(spec.inputs, graph_inputs),
-                "outputs": _manifest_tensors(spec.outputs, graph_outputs),
-                "sha256": sha256_file(path),
-            }
-            log(f"  {spec.key}: {files[spec.key]['precision']}, {path.stat().st_size / 1e6:.1f} MB, {seconds:.1f} s")
-
-    config = codec.config
-    return {
-        "dir": HIGGS_DIR,
-        "precision": precision,
-        "sample_rate": SAMPLE_RATE,
-        "semantic_sample_rate": SEMANTIC_SAMPLE_RATE,
-        "hop_length": HOP_LENGTH,
-        "frame_rate": SAMPLE_RATE // HOP_LENGTH,
-        "num_codebooks": NUM_CODEBOOKS,
-        "codebook_size": CODEBOOK_SIZE,
-        "acoustic_dim": config.acoustic_model_config.hidden_size,
-        "semantic_dim": config.semantic_model_config.hidden_size,
-        "feature_extractor": feature_extractor,
-        "files": files,
-    }
+def _generator() -> torch.Generator:
+    return torch.Generator().manual_seed(0)

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
-import sys
 from pathlib import Path
 
 import onnx
 
+from codes.common.quiet import library_output
 from codes.export.bidirectional import make_bidirectional
+from codes.export.profiles import GraphRecipe
 from codes.export.onnx_io import save_model
-
-# int4 is the builder's MatMulNBits (accuracy_level 4 on CPU). int8 is built in fp32 and then
-# quantized dynamically (MatMulInteger: int8 weights, uint8 activations): the builder's own int8
-# MatMulNBits ran ~10x slower than that here.
-GENAI_PRECISION = {"fp32": "fp32", "fp16": "fp16", "int8": "fp32", "int4": "int4"}
-
+from codes.runtime.specs import BACKBONE
 
 def write_standalone_llm(omnivoice, out_dir: Path) -> Path:
     """The backbone as a standalone Qwen3ForCausalLM folder: the input the genai builder takes."""
@@ -39,21 +33,17 @@ def genai_options(execution_provider: str) -> list[str]:
 
 
 def build_genai_causal(hf_dir: Path, out_dir: Path, precision: str, execution_provider: str) -> Path:
-    """onnxruntime-genai create_model as the recipe calls it; returns the causal model.onnx."""
+    """onnxruntime-genai create_model as the recipe calls it, at the builder's `precision`;
+    returns the causal model.onnx."""
     from onnxruntime_genai.models import builder
 
-    args = ("Qwen/Qwen3-0.6B", str(hf_dir), str(out_dir), GENAI_PRECISION[precision], execution_provider,
+    args = ("Qwen/Qwen3-0.6B", str(hf_dir), str(out_dir), precision, execution_provider,
             str(Path(out_dir) / "cache"))
-    # The builder prints a line per tensor; keep it, and show it only if the build fails.
-    log = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            # create_model needs parse_extra_options first (docs/DESIGN.md §genai-options).
-            options = builder.parse_extra_options(*args, genai_options(execution_provider))
-            builder.create_model(*args, **options)
-    except Exception:
-        sys.stderr.write(log.getvalue()[-4000:])
-        raise
+    # The builder prints a line per tensor: kept aside, and shown only if the build fails.
+    with library_output("onnxruntime-genai's builder"):
+        # create_model needs parse_extra_options first (docs/DESIGN.md §genai-options).
+        options = builder.parse_extra_options(*args, genai_options(execution_provider))
+        builder.create_model(*args, **options)
     return Path(out_dir) / "model.onnx"
 
 
@@ -69,13 +59,13 @@ def quantize_int8_dynamic(model: onnx.ModelProto, work_dir: Path) -> onnx.ModelP
     return onnx.load(str(target))
 
 
-def build_llm_genai(omnivoice, out_dir: Path, work_dir: Path, precision: str, execution_provider: str) -> Path:
+def build_llm_genai(omnivoice, out_dir: Path, work_dir: Path, recipe: GraphRecipe, execution_provider: str) -> Path:
     hf_dir = write_standalone_llm(omnivoice, Path(work_dir) / "qwen3_hf")
-    causal = build_genai_causal(hf_dir, Path(work_dir) / "genai", precision, execution_provider)
+    causal = build_genai_causal(hf_dir, Path(work_dir) / "genai", recipe.genai_precision, execution_provider)
     model = make_bidirectional(onnx.load(str(causal)))
-    if precision == "int8":
+    if recipe.dynamic_int8:
         model = quantize_int8_dynamic(model, Path(work_dir) / "int8")
-    final = save_model(model, Path(out_dir) / "llm_decoder.onnx")
+    final = save_model(model, Path(out_dir) / BACKBONE.filename)
     shutil.rmtree(Path(work_dir) / "genai", ignore_errors=True)
     shutil.rmtree(hf_dir, ignore_errors=True)
     return final

@@ -1,44 +1,118 @@
-"""Build profiles: which precision each sub-model gets and which provider runs it."""
+"""Build profiles: the one place that decides each graph's precision and how it is made.
+
+A profile names a precision per part (embeddings, llm, heads, codec); `recipe()` turns
+a part's precision into what its builder runs: Olive passes after the conversion, a
+graph transform, or the genai builder's precision and a later int8 pass. The builders
+only read recipes.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from codes.common.errors import UserError
+
+PARTS = ("embeddings", "llm", "heads", "codec")
+PRECISIONS = ("fp32", "fp16", "int8", "int4")
+CODEC_PRECISIONS = ("fp16", "fp32")  # the codec is never quantized to integers
+
+# Small blocks keep int4 argmax choices close to fp32 (docs/DESIGN.md §precision); the heads and
+# embeddings are a few percent of the compute, so the finer scales cost nothing measurable.
+INT4_BLOCK_SIZE = 32
+
+
+@dataclass(frozen=True)
+class GraphRecipe:
+    """How one graph gets its precision; `precision` is what the manifest records."""
+
+    precision: str
+    olive_passes: dict = field(default_factory=dict)  # Olive passes after OnnxConversion
+    transform: Callable | None = None  # applied to the converted graph (onnx.ModelProto -> ModelProto)
+    genai_precision: str | None = None  # the genai builder's precision (backbone only)
+    dynamic_int8: bool = False  # quantize the built backbone to dynamic int8 afterwards
 
 
 @dataclass(frozen=True)
 class Profile:
     name: str
-    llm_precision: str  # fp32 | fp16 | int8 | int4
-    embeddings_precision: str  # fp32 | fp16 (fp16 tables, fp32 maths) | int4
-    heads_precision: str  # fp32 | fp16 | int8 | int4
+    precision: dict  # part -> precision
     execution_provider: str  # the ONNX Runtime provider the build is meant for
     genai_target: str  # onnxruntime-genai builder's execution_provider
     llm_export: str  # default backbone path: genai | torch
     description: str
 
-    @property
-    def default_output(self) -> str:
-        return f"models/omnivoice-{self.name.replace('_', '-')}"
+    def with_codec(self, precision: str | None) -> Profile:
+        """--higgs-precision overrides the codec entry."""
+        if precision is None:
+            return self
+        if precision not in CODEC_PRECISIONS:
+            raise UserError(f"--higgs-precision {precision!r}: the codec builds in fp16 or fp32, never int4")
+        return Profile(self.name, {**self.precision, "codec": precision}, self.execution_provider,
+                       self.genai_target, self.llm_export, self.description)
+
+    def recipe(self, part: str, llm_export: str = "genai") -> GraphRecipe:
+        return recipe(part, self.precision[part], llm_export)
+
+
+def _olive_precision_passes(precision: str) -> dict:
+    if precision == "fp32":
+        return {}
+    if precision == "fp16":
+        return {"to_fp16": {"type": "OnnxFloatToFloat16", "keep_io_types": True}}
+    if precision == "int8":  # dynamic int8: int8 weights, activations quantized per call (MatMulInteger)
+        return {"to_int8": {"type": "OnnxDynamicQuantization", "precision": "int8", "op_types_to_quantize": ["MatMul"]}}
+    return {"to_int4": {"type": "OnnxBlockWiseRtnQuantization", "block_size": INT4_BLOCK_SIZE,
+                        "is_symmetric": True, "accuracy_level": 4}}
+
+
+def recipe(part: str, precision: str, llm_export: str = "genai") -> GraphRecipe:
+    if part not in PARTS:
+        raise ValueError(f"unknown part {part!r}; one of {', '.join(PARTS)}")
+    if precision not in (CODEC_PRECISIONS if part == "codec" else PRECISIONS):
+        raise UserError(f"{part} precision {precision!r} is not supported")
+    if part == "embeddings" and precision == "fp16":
+        # Store only the tables in fp16 and cast looked-up rows to fp32: a whole-graph fp16 pass leaves
+        # ops ORT's CPU provider has no fp16 kernel for, and it then casts the whole table at load (+600 MB).
+        from codes.export.lookup_tables import lookup_tables_to_fp16
+
+        return GraphRecipe(precision, transform=lookup_tables_to_fp16)
+    if part == "llm" and llm_export == "genai":
+        # int8 is built in fp32 and then quantized dynamically (MatMulInteger): the builder's own int8
+        # MatMulNBits ran ~10x slower here.
+        return GraphRecipe(precision, genai_precision="fp32" if precision == "int8" else precision,
+                           dynamic_int8=precision == "int8")
+    return GraphRecipe(precision, olive_passes=_olive_precision_passes(precision))
+
+
+def codec_graph_recipe(key: str, codec: GraphRecipe) -> GraphRecipe:
+    """The codec's quantizer stays fp32 in every build: its nearest-codebook search computes
+    |x|^2 - 2 x.e + |e|^2, which cancels badly in fp16, and it holds ~1 M parameters."""
+    from codes.runtime.specs import QUANTIZER_ENCODER
+
+    return recipe("codec", "fp32") if key == QUANTIZER_ENCODER.key else codec
+
+
+def _profile(name, embeddings, llm, heads, provider, genai_target, description) -> Profile:
+    return Profile(name, {"embeddings": embeddings, "llm": llm, "heads": heads, "codec": "fp16"},
+                   provider, genai_target, "genai", description)
 
 
 PROFILES = {
     p.name: p
     for p in (
-        Profile("cpu", "int4", "int4", "int4", "CPUExecutionProvider", "cpu", "genai",
-                "int4 everywhere (block-wise RTN), CPU"),
-        Profile("cpu_fp16", "int4", "fp16", "fp16", "CPUExecutionProvider", "cpu", "genai",
-                "int4 backbone, fp16 embeddings and heads, CPU"),
-        Profile("gpu", "fp16", "fp16", "fp16", "CUDAExecutionProvider", "cuda", "genai",
-                "fp16 everywhere, CUDA"),
-        Profile("cpu_fp32", "fp32", "fp32", "fp32", "CPUExecutionProvider", "cpu", "genai",
-                "fp32 reference build, used for equivalence with upstream"),
+        _profile("cpu", "int4", "int4", "int4", "CPUExecutionProvider", "cpu",
+                 "int4 everywhere (block-wise RTN), CPU"),
+        _profile("cpu_fp16", "fp16", "int4", "fp16", "CPUExecutionProvider", "cpu",
+                 "int4 backbone, fp16 embeddings and heads, CPU"),
+        _profile("gpu", "fp16", "fp16", "fp16", "CUDAExecutionProvider", "cuda", "fp16 everywhere, CUDA"),
+        _profile("cpu_fp32", "fp32", "fp32", "fp32", "CPUExecutionProvider", "cpu",
+                 "fp32 reference build, used for equivalence with upstream"),
         # Measured on the full model: int8 heads take 62 ms a step against 104 ms for int4, and
         # fp16 embedding tables (memory-mapped, only looked-up rows resident) instead of int4
         # raise end-to-end argmax agreement with fp32 from 64% to 93% at the same speed.
-        Profile("cpu_int8", "int8", "fp16", "int8", "CPUExecutionProvider", "cpu", "genai",
-                "dynamic int8 backbone and heads (int8 weights, int8 activations), fp16 embedding tables, CPU"),
+        _profile("cpu_int8", "fp16", "int8", "int8", "CPUExecutionProvider", "cpu",
+                 "dynamic int8 backbone and heads (int8 weights, int8 activations), fp16 embedding tables, CPU"),
     )
 }
 

@@ -1,6 +1,6 @@
 """Iterative masked decoding in numpy: upstream's `_generate_iterative` maths, step by step.
 
-The target starts all MASK. Each of `num_step` steps runs the model once on the
+The target starts all MASK. Each of `num_steps` steps runs the model once on the
 CFG batch, then for every item: guided log-probs over the target cells, a
 token per cell (argmax, or Gumbel sampling among the top 10%), a score per
 cell (confidence minus a per-codebook penalty, plus Gumbel noise), and the
@@ -55,30 +55,30 @@ class RandomNoise:
         return self.rng.random(shape, dtype=np.float32)
 
 
-def time_steps(num_step: int, t_shift: float) -> np.ndarray:
-    """The num_step + 1 shifted times from 0 to 1 (float32), bit-equal to upstream's `_get_time_steps`.
+def time_steps(num_steps: int, t_shift: float) -> np.ndarray:
+    """The num_steps + 1 shifted times from 0 to 1 (float32), bit-equal to upstream's `_get_time_steps`.
 
     The schedule takes ceil() of differences of these times, so one float32 ulp
     can move a cell between steps: the grid copies torch.linspace's CPU kernel
     (step = 1/n in float32; the first half counts up from 0, the second half
     down from 1; each value rounded once, as its fused multiply-add does).
     """
-    step = float(np.float32(1.0) / np.float32(num_step))
-    index = np.arange(num_step + 1)
-    counts_up = index < (num_step + 1) // 2
-    grid = np.where(counts_up, step * index, 1.0 - step * (num_step - index)).astype(np.float32)
+    step = float(np.float32(1.0) / np.float32(num_steps))
+    index = np.arange(num_steps + 1)
+    counts_up = index < (num_steps + 1) // 2
+    grid = np.where(counts_up, step * index, 1.0 - step * (num_steps - index)).astype(np.float32)
     shift = np.float32(t_shift)
     return shift * grid / (np.float32(1.0) + np.float32(t_shift - 1.0) * grid)
 
 
-def reveal_schedule(target_len: int, num_step: int, t_shift: float, num_codebooks: int = 8) -> list[int]:
+def reveal_schedule(target_len: int, num_steps: int, t_shift: float, num_codebooks: int = 8) -> list[int]:
     """How many target cells each step reveals; the counts sum to target_len * num_codebooks."""
-    times = time_steps(num_step, t_shift).tolist()
+    times = time_steps(num_steps, t_shift).tolist()
     total_cells = target_len * num_codebooks
     remaining = total_cells
     counts = []
-    for step in range(num_step):
-        if step == num_step - 1:
+    for step in range(num_steps):
+        if step == num_steps - 1:
             reveal_count = remaining
         else:
             reveal_count = min(math.ceil(total_cells * (times[step + 1] - times[step])), remaining)
@@ -182,18 +182,18 @@ def iterative_decode(
     on_step: Callable[[int, int], None] | None = None,
     mask_id: int = AUDIO_MASK_ID,
 ) -> list[np.ndarray]:
-    """Run all `settings.num_step` steps; returns each item's codes [8, target_len] (int64).
+    """Run all `settings.num_steps` steps; returns each item's codes [8, target_len] (int64).
 
-    `batch` is not modified. `on_step(step, num_step)` is called after each step.
+    `batch` is not modified. `on_step(step, num_steps)` is called after each step.
     """
     noise = noise if noise is not None else RandomNoise()
     input_ids = batch.input_ids.copy()
     num_items = len(target_lens)
     num_codebooks = input_ids.shape[1]
-    schedules = [reveal_schedule(t, settings.num_step, settings.t_shift, num_codebooks) for t in target_lens]
+    schedules = [reveal_schedule(t, settings.num_steps, settings.t_shift, num_codebooks) for t in target_lens]
     tokens = [np.full((num_codebooks, t), mask_id, dtype=np.int64) for t in target_lens]
 
-    for step_index in range(settings.num_step):
+    for step_index in range(settings.num_steps):
         item_logits = target_logits_fn(input_ids, batch, target_lens)
         for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens)):
             reveal_count = schedules[item][step_index]
@@ -205,5 +205,5 @@ def iterative_decode(
             input_ids[item, :, target] = tokens[item]
             input_ids[num_items + item, :, :target_len] = tokens[item]
         if on_step is not None:
-            on_step(step_index + 1, settings.num_step)
+            on_step(step_index + 1, settings.num_steps)
     return tokens

@@ -10,48 +10,22 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from codes import __version__
 from codes.common.errors import UserError
-from codes.common.fileio import sha256_file, write_json_atomic
+from codes.common.fileio import sha256_file
 
 MANIFEST_NAME = "omnivoice_manifest.json"
 FORMAT = "omnivoice-onnx"
-FORMAT_VERSION = 1
-BACKBONE_KEYS = ("audio_embeddings_encoder", "llm_decoder", "audio_heads_decoder")
+# 2: a build's "files" lists only what it wrote, and the codec folder carries its own manifest.
+FORMAT_VERSION = 2
+CODEC_KIND = "codec"
+
+# Where optimize.py writes when no --output is given, so the runtime finds a build with no flags.
+def default_build_dir(profile: str) -> Path:
+    return Path("models") / f"omnivoice-{profile.replace('_', '-')}"
 
 
-def hash_files(folder: Path) -> dict[str, str]:
-    """sha256 of every file under folder (relative POSIX paths), the manifest itself excluded."""
-    folder = Path(folder)
-    return {
-        path.relative_to(folder).as_posix(): sha256_file(path)
-        for path in sorted(folder.rglob("*"))
-        if path.is_file() and path.name != MANIFEST_NAME
-    }
-
-
-def write_manifest(folder: Path, body: dict) -> Path:
-    """Hash what is in the folder and write the manifest last, so it never points at missing files."""
-    data = {"format": FORMAT, "format_version": FORMAT_VERSION, "toolkit_version": __version__, **body}
-    data["files"] = hash_files(folder)
-    missing = [name for name in _referenced_files(data) if name not in data["files"]]
-    if missing:
-        raise RuntimeError(f"manifest would reference files that are not in the build: {missing}")
-    path = Path(folder) / MANIFEST_NAME
-    write_json_atomic(path, data)
-    return path
-
-
-def _referenced_files(data: dict) -> list[str]:
-    names = [entry["filename"] for entry in data.get("sub_models", {}).values()]
-    for entry in data.get("sub_models", {}).values():
-        names.extend(entry.get("external_data", []))
-    higgs = data.get("higgs")
-    if higgs:
-        for entry in higgs["files"].values():
-            names.append(f"{higgs['dir']}/{entry['filename']}")
-    names.extend(data.get("tokenizer", {}).get("files", []))
-    return names
+def default_codec_dir(precision: str) -> Path:
+    return Path("models") / f"higgs-{precision}"
 
 
 @dataclass
@@ -68,6 +42,11 @@ class Manifest:
         return self.data.get("higgs")
 
     @property
+    def is_codec(self) -> bool:
+        """A codec folder (audio_tokenizer/), as opposed to a build that may hold one."""
+        return self.data.get("kind") == CODEC_KIND
+
+    @property
     def attention(self) -> str:
         return self.data.get("attention", "unknown")
 
@@ -77,13 +56,19 @@ class Manifest:
         except KeyError:
             raise UserError(f"{self.folder / MANIFEST_NAME} has no sub-model {key!r}; rebuild with optimize.py") from None
 
-    def higgs_folder(self) -> Path:
+    def codec(self) -> tuple[Path, dict]:
+        """(codec folder, its section): this folder if it is a codec build, else the codec it holds."""
+        if self.is_codec:
+            return self.folder, self.data["codec"]
         if not self.higgs:
             raise UserError(
-                f"{self.folder} holds no Higgs codec; build one with optimize.py --include-higgs "
-                "or point at a codec build with --higgs_dir"
+                f"{self.folder} holds no Higgs codec: build one with `python optimize.py --higgs-only` "
+                "(or --include-higgs), or point at a codec build with --higgs_dir"
             )
-        return self.folder / self.higgs["dir"]
+        codec = read_manifest(self.folder / self.higgs["dir"])
+        if not codec.is_codec:
+            raise UserError(f"{codec.folder} is not a codec build; rebuild it with optimize.py --higgs-only")
+        return codec.codec()
 
     def verify_hashes(self) -> None:
         for name, digest in self.data.get("files", {}).items():
@@ -119,3 +104,20 @@ def read_manifest(folder: str | Path, verify: bool = True) -> Manifest:
     if verify:
         manifest.verify_hashes()
     return manifest
+
+
+def find_builds(model_dir: str | Path | None, higgs_dir: str | Path | None) -> tuple[Path, Path | None]:
+    """--model_dir and --higgs_dir as given, or where optimize.py writes by default: the model in
+    models/omnivoice-cpu, the codec inside it or else in models/higgs-fp16 (None: none found yet)."""
+    if model_dir is None:
+        model_dir = default_build_dir("cpu")
+        if not (model_dir / MANIFEST_NAME).is_file():
+            raise UserError(f"no --model_dir given and {model_dir} holds no build: make it with "
+                            "`python optimize.py --device cpu --include-higgs`, or pass --model_dir DIR")
+    model_dir = Path(model_dir)
+    if higgs_dir is None and (model_dir / MANIFEST_NAME).is_file():
+        holds_codec = read_manifest(model_dir, verify=False).higgs is not None
+        fallback = default_codec_dir("fp16")
+        if not holds_codec and (fallback / MANIFEST_NAME).is_file():
+            higgs_dir = fallback
+    return model_dir, Path(higgs_dir) if higgs_dir is not None else None

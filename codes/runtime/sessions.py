@@ -5,6 +5,7 @@ Torch-free: this is runtime code.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,20 @@ def providers_for(provider: str) -> list[str]:
     return wanted
 
 
+def resolve_provider(requested: str | None, built_for: str | None) -> str:
+    """cpu or cuda: what was asked, else what the build was made for (its manifest's execution provider),
+    falling back to the CPU, with one line saying so, where this onnxruntime has no CUDA."""
+    if requested is not None:
+        return requested
+    if built_for != PROVIDERS["cuda"][0]:
+        return "cpu"
+    if PROVIDERS["cuda"][0] in ort.get_available_providers():
+        return "cuda"
+    print("note: this build is made for CUDA, which this onnxruntime does not offer; running it on the CPU",
+          file=sys.stderr)
+    return "cpu"
+
+
 def make_session(path: Path, provider: str = "cpu", threads: int | None = None,
                  profile_dir: Path | None = None) -> ort.InferenceSession:
     return open_session(path, providers_for(provider), threads, profile_dir)
@@ -44,7 +59,9 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
     profile_dir: ONNX Runtime's profiler writes one JSON per session there (see end_profiling).
     """
     options = ort.SessionOptions()
-    options.log_severity_level = 3  # fp16 graphs log a constant-folding warning per layer
+    # fp16 graphs log a constant-folding warning per layer, and a failing kernel logs what its exception
+    # says: run_cli reports that exception in one line.
+    options.log_severity_level = 4
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1

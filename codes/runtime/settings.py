@@ -13,9 +13,13 @@ from dataclasses import dataclass
 from codes.common.errors import UserError
 
 
+# Upstream's OmniVoiceGenerationConfig spells the steps `num_step`; the recipe's flag is --num_steps.
+ALIASES = {"num_step": "num_steps"}
+
+
 @dataclass(frozen=True)
 class GenerationSettings:
-    num_step: int = 32  # decoding steps; each reveals part of the masked target
+    num_steps: int = 32  # decoding steps; each reveals part of the masked target
     guidance_scale: float = 2.0  # classifier-free guidance; 0 turns it off
     t_shift: float = 0.1  # < 1 reveals few cells early and many late
     layer_penalty_factor: float = 5.0  # score penalty per codebook index: coarse codebooks first
@@ -33,8 +37,8 @@ class GenerationSettings:
         for name in ("denoise", "preprocess_prompt", "postprocess_output"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if isinstance(self.num_step, bool) or not isinstance(self.num_step, int) or self.num_step < 1:
-            raise UserError(f"num_step must be a whole number >= 1, got {self.num_step!r}")
+        if isinstance(self.num_steps, bool) or not isinstance(self.num_steps, int) or self.num_steps < 1:
+            raise UserError(f"num_steps must be a whole number >= 1, got {self.num_steps!r}")
         rules = {
             "guidance_scale": (lambda v: True, "a finite number"),
             "t_shift": (lambda v: v > 0, "> 0"),
@@ -54,6 +58,7 @@ class GenerationSettings:
 
     def replace(self, **changes) -> GenerationSettings:
         """A copy with some settings changed (validated again); unknown names raise UserError."""
+        changes = {ALIASES.get(name, name): value for name, value in changes.items()}
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:
             raise UserError(f"unknown generation setting(s): {', '.join(unknown)}")

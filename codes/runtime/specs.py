@@ -7,6 +7,7 @@ means "the build's float type" (float32 or float16), read back from the graph.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 # Upstream constants (OmniVoiceConfig defaults, Higgs Audio V2 at 25 fps).
@@ -53,6 +54,15 @@ class SubModelSpec:
     def dynamic_axes(self) -> dict[str, dict[int, str]]:
         return {t.name: t.dynamic_axes() for t in (*self.inputs, *self.outputs)}
 
+    def sized(self, hidden_size: int) -> SubModelSpec:
+        """The spec with the symbolic "hidden" axis fixed, as a build exports it."""
+
+        def fix(tensor: TensorSpec) -> TensorSpec:
+            shape = tuple(hidden_size if d == "hidden" else d for d in tensor.shape)
+            return dataclasses.replace(tensor, shape=shape)
+
+        return dataclasses.replace(self, inputs=tuple(map(fix, self.inputs)), outputs=tuple(map(fix, self.outputs)))
+
     def io_config(self) -> dict:
         """Olive's io_config for a PyTorchModel input."""
         return {
@@ -62,42 +72,33 @@ class SubModelSpec:
         }
 
 
-def embeddings_spec(hidden_size: int | str = "hidden") -> SubModelSpec:
-    return SubModelSpec(
-        key="audio_embeddings_encoder",
-        filename="audio_embeddings_encoder.onnx",
-        inputs=(
-            TensorSpec("input_ids", "int64", ("batch", NUM_CODEBOOKS, "sequence")),
-            TensorSpec("audio_mask", "bool", ("batch", "sequence")),
-        ),
-        outputs=(TensorSpec("inputs_embeds", "float", ("batch", "sequence", hidden_size)),),
-    )
-
-
-def backbone_spec(hidden_size: int | str = "hidden") -> SubModelSpec:
-    return SubModelSpec(
-        key="llm_decoder",
-        filename="llm_decoder.onnx",
-        inputs=(
-            TensorSpec("inputs_embeds", "float", ("batch", "sequence", hidden_size)),
-            # True where query i may attend to key j; upstream's padded CFG mask.
-            TensorSpec("attention_mask", "bool", ("batch", 1, "sequence", "sequence")),
-        ),
-        outputs=(TensorSpec("hidden_states", "float", ("batch", "sequence", hidden_size)),),
-    )
-
-
-def heads_spec(hidden_size: int | str = "hidden") -> SubModelSpec:
-    return SubModelSpec(
-        key="audio_heads_decoder",
-        filename="audio_heads_decoder.onnx",
-        inputs=(TensorSpec("hidden_states", "float", ("batch", "sequence", hidden_size)),),
-        outputs=(TensorSpec("logits", "float", ("batch", NUM_CODEBOOKS, "sequence", AUDIO_VOCAB_SIZE)),),
-    )
-
-
-def backbone_specs(hidden_size: int | str = "hidden") -> list[SubModelSpec]:
-    return [embeddings_spec(hidden_size), backbone_spec(hidden_size), heads_spec(hidden_size)]
+# The backbone's three graphs. "hidden" stands for the checkpoint's width; a build fixes it (sized).
+EMBEDDINGS = SubModelSpec(
+    key="audio_embeddings_encoder",
+    filename="audio_embeddings_encoder.onnx",
+    inputs=(
+        TensorSpec("input_ids", "int64", ("batch", NUM_CODEBOOKS, "sequence")),
+        TensorSpec("audio_mask", "bool", ("batch", "sequence")),
+    ),
+    outputs=(TensorSpec("inputs_embeds", "float", ("batch", "sequence", "hidden")),),
+)
+BACKBONE = SubModelSpec(
+    key="llm_decoder",
+    filename="llm_decoder.onnx",
+    inputs=(
+        TensorSpec("inputs_embeds", "float", ("batch", "sequence", "hidden")),
+        # True where query i may attend to key j; upstream's padded CFG mask.
+        TensorSpec("attention_mask", "bool", ("batch", 1, "sequence", "sequence")),
+    ),
+    outputs=(TensorSpec("hidden_states", "float", ("batch", "sequence", "hidden")),),
+)
+HEADS = SubModelSpec(
+    key="audio_heads_decoder",
+    filename="audio_heads_decoder.onnx",
+    inputs=(TensorSpec("hidden_states", "float", ("batch", "sequence", "hidden")),),
+    outputs=(TensorSpec("logits", "float", ("batch", NUM_CODEBOOKS, "sequence", AUDIO_VOCAB_SIZE)),),
+)
+BACKBONE_SPECS = (EMBEDDINGS, BACKBONE, HEADS)
 
 
 # The Higgs Audio V2 codec, split where the ONNX graphs stay length-agnostic.

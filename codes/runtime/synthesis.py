@@ -22,8 +22,9 @@ from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
 from codes.runtime.manifest import read_manifest
 from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
-from codes.runtime.sessions import BackboneRunner, make_session, providers_for
+from codes.runtime.sessions import BackboneRunner, make_session, providers_for, resolve_provider
 from codes.runtime.settings import GenerationSettings
+from codes.runtime import specs
 from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.text import add_punctuation, chunk_long_text, contains_chinese
 from codes.runtime.text_tokenizer import TextTokenizer
@@ -73,11 +74,14 @@ class Request:
 
 
 class OmniVoiceOnnx:
-    def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str = "cpu",
+    def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str | None = None,
                  threads: int | None = None, profile_dir: Path | None = None):
-        """profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.checks.bench reads it)."""
+        """provider: cpu or cuda; None follows the build (a gpu build runs on CUDA where ONNX Runtime offers it).
+
+        profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.checks.bench reads it).
+        """
         self.manifest = read_manifest(model_dir)
-        if not self.manifest.sub_models and self.manifest.higgs:
+        if self.manifest.is_codec or (not self.manifest.sub_models and self.manifest.higgs):
             raise UserError(
                 f"{model_dir} holds only a Higgs codec; pass it as --higgs_dir and a backbone build as --model_dir"
             )
@@ -86,11 +90,11 @@ class OmniVoiceOnnx:
                 f"{model_dir} holds a {self.manifest.attention} backbone; OmniVoice needs a bidirectional one: "
                 "rebuild it with optimize.py"
             )
-        self.provider, self.threads = provider, threads
-        self.embeddings = make_session(self.manifest.path_of("audio_embeddings_encoder"), provider, threads, profile_dir)
-        llm_path = self.manifest.path_of("llm_decoder")
-        llm_session = make_session(llm_path, provider, threads, profile_dir)
-        # Checked before BackboneRunner, which would first ask a genai graph for its head size.
+        self.provider = resolve_provider(provider, self.manifest.data.get("execution_provider"))
+        self.threads = threads
+        self.embeddings = make_session(self.manifest.path_of(specs.EMBEDDINGS.key), self.provider, threads, profile_dir)
+        llm_path = self.manifest.path_of(specs.BACKBONE.key)
+        llm_session = make_session(llm_path, self.provider, threads, profile_dir)
         mask_rank = {i.name: len(i.shape) for i in llm_session.get_inputs()}.get("attention_mask", 4)
         if mask_rank != 4:
             raise UserError(
@@ -98,9 +102,9 @@ class OmniVoiceOnnx:
                 "OmniVoice needs a bidirectional backbone: rebuild it with optimize.py"
             )
         self.backbone = BackboneRunner(llm_session)
-        self.heads = make_session(self.manifest.path_of("audio_heads_decoder"), provider, threads, profile_dir)
+        self.heads = make_session(self.manifest.path_of(specs.HEADS.key), self.provider, threads, profile_dir)
         self.tokenizer = TextTokenizer.from_dir(self.manifest.folder)
-        self.defaults = GenerationSettings.from_dict(self.manifest.data.get("decoding_defaults", {}))
+        self.defaults = GenerationSettings()
         self._higgs_dir = Path(higgs_dir) if higgs_dir else None
         self._codec = None
         self._prompt: tuple[CfgBatch, np.ndarray] | None = None  # see _prompt_embeddings
@@ -114,11 +118,8 @@ class OmniVoiceOnnx:
         if self._codec is None:
             from codes.runtime.codec import HiggsCodec
 
-            if self._higgs_dir is not None:
-                higgs = read_manifest(self._higgs_dir)
-                folder, section = higgs.higgs_folder(), higgs.higgs
-            else:
-                folder, section = self.manifest.higgs_folder(), self.manifest.higgs
+            holder = read_manifest(self._higgs_dir) if self._higgs_dir is not None else self.manifest
+            folder, section = holder.codec()
             self._codec = HiggsCodec(folder, section, providers=providers_for(self.provider), threads=self.threads)
         return self._codec
 
@@ -296,8 +297,8 @@ class OmniVoiceOnnx:
                  return_codes: bool = False, on_step=None, **settings_overrides):
         """Speech for one text (an array) or a list of texts (a list of arrays), float32 at 24 kHz.
 
-        Settings (num_step, guidance_scale, t_shift, layer_penalty_factor, position_temperature,
-        class_temperature, denoise, postprocess_output, ...) default to the manifest's.
+        Settings (num_steps, guidance_scale, t_shift, layer_penalty_factor, position_temperature,
+        class_temperature, denoise, postprocess_output, ...) default to GenerationSettings().
         With return_codes, returns (audio, codes) where codes are [8, T] per item.
         """
         settings = self.defaults.replace(**settings_overrides)
