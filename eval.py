@@ -26,6 +26,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--higgs_dir", type=Path,
                         help="a codec folder or a build holding one, for model folders that have none "
                              "(default: the model folder's, else models/higgs-fp16)")
+    parser.add_argument("--backbone", type=Path,
+                        help="a bidirectional backbone graph (.onnx) to use instead of the model folder's")
     parser.add_argument("--source", help="equiv: the checkpoint the build came from (default: the one its manifest names)")
     parser.add_argument("--provider", choices=("cpu", "cuda"), help="default: the build's (see inference.py)")
     parser.add_argument("--verbose", action="store_true", help="show the libraries' own warnings and logs")
@@ -57,7 +59,7 @@ def main(argv=None) -> int:
 
     set_verbose(args.verbose)
     with library_output("the comparison with upstream"):  # upstream's imports and loaders warn and log
-        rows, table = run_equivalence(args.model_dir, args.source, args.provider, args.higgs_dir)
+        rows, table = run_equivalence(args.model_dir, args.source, args.provider, args.higgs_dir, args.backbone)
     print(table)
     failed = [r.check for r in rows if not r.passed]
     if failed:
@@ -74,7 +76,7 @@ def rtf(args) -> int:
     torch_ckpt = resolve_checkpoint(args.torch).path if args.torch else None
     request = BenchRequest(
         model_dirs=[args.model_dir, *args.compare], torch_checkpoint=torch_ckpt, torch_dtypes=args.torch_dtype,
-        higgs_dir=args.higgs_dir, provider=args.provider,
+        higgs_dir=args.higgs_dir, backbone=args.backbone, provider=args.provider,
         workload=args.workload, num_steps=args.num_steps, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
         memory=not args.no_memory, profile=not args.no_profile, out=args.out, command="python eval.py " + " ".join(sys.argv[1:]),
     )

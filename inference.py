@@ -26,6 +26,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--higgs_dir", type=Path,
                    help="a codec folder (audio_tokenizer/) or a build holding one (default: the model folder's, "
                         "else models/higgs-fp16, what --higgs-only writes)")
+    p.add_argument("--backbone", type=Path,
+                   help="a bidirectional backbone graph (.onnx) to use instead of the model folder's")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--text", help="the text to speak")
     what.add_argument("--text_file", type=Path, help="one utterance per line; --output is then a folder")
@@ -94,7 +96,8 @@ def main(argv=None) -> int:
             check_output_path(path)
 
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
-    tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads)
+    tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads,
+                        backbone=args.backbone)
     voice = Voice.load(args.voice) if args.voice else None
     if args.ref_audio:
         voice = tts.create_voice(args.ref_audio, args.ref_text, settings.preprocess_prompt)

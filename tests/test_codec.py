@@ -25,18 +25,18 @@ def source(tmp_path_factory):
 @pytest.fixture(scope="session")
 def fp32(tmp_path_factory):
     folder, section = codec_build(tmp_path_factory, "fp32")
-    return HiggsCodec(folder / section["dir"], section), folder, section
+    return HiggsCodec(folder / section["models_dir"], section), folder, section
 
 
 @pytest.fixture(scope="session")
 def fp16(tmp_path_factory):
     folder, section = codec_build(tmp_path_factory, "fp16")
-    return HiggsCodec(folder / section["dir"], section), folder, section
+    return HiggsCodec(folder / section["models_dir"], section), folder, section
 
 
 def test_fp32_codes_and_audio_match_transformers(fp32, source):
     codec, folder, section = fp32
-    rows = codec_equivalence(folder / section["dir"], section, source, codec=codec)
+    rows = codec_equivalence(folder / section["models_dir"], section, source, codec=codec)
     failed = [f"{r.check}: {r.note}" for r in rows if not r.passed]
     assert not failed, failed
     encode_rows = [r for r in rows if "encode" in r.check]
@@ -61,18 +61,18 @@ def test_manifest_section_describes_the_build(fp32, fp16):
         assert (section["sample_rate"], section["semantic_sample_rate"], section["hop_length"]) == (24000, 16000, 960)
         assert (section["frame_rate"], section["num_codebooks"], section["codebook_size"]) == (25, 8, 1024)
         assert section["feature_extractor"]["sampling_rate"] == 24000
-        higgs_dir = folder / section["dir"]
+        higgs_dir = folder / section["models_dir"]
         for spec in HIGGS_SPECS:
-            entry = section["files"][spec.key]
+            entry = section["sub_models"][spec.key]
             assert entry["sha256"] == sha256_file(higgs_dir / entry["filename"])
             assert [t["name"] for t in entry["inputs"]] == spec.input_names
             # keep_io_types: every float tensor crosses the graph boundary as float32
             assert {t["dtype"] for t in entry["inputs"] + entry["outputs"]} <= {"float32", "int64"}
         check_files(higgs_dir, section)
-    precisions = {key: entry["precision"] for key, entry in fp16[2]["files"].items()}
+    precisions = {key: entry["precision"] for key, entry in fp16[2]["sub_models"].items()}
     assert precisions == {"acoustic_encoder": "fp16", "semantic_encoder": "fp16",
                           "quantizer_encoder": "fp32", "higgs_decoder": "fp16"}
-    assert {entry["precision"] for entry in fp32[2]["files"].values()} == {"fp32"}
+    assert {entry["precision"] for entry in fp32[2]["sub_models"].values()} == {"fp32"}
 
 
 def test_tiny_codec_is_not_degenerate(fp32):

@@ -46,8 +46,8 @@ def test_every_profile_builds_a_valid_bidirectional_folder(builds, profile):
 def test_gpu_profile_is_fp16_for_cuda(builds):
     data = read_manifest(builds.get("gpu")).data
     assert data["execution_provider"] == "CUDAExecutionProvider"
-    assert data["precision"] == {"llm": "fp16", "embeddings": "fp16", "heads": "fp16"}
-    llm_inputs = {i["name"]: i for i in data["sub_models"]["llm_decoder"]["inputs"]}
+    assert data["precision"] == "fp16" and data["graph_precision"] == {"llm": "fp16", "embeddings": "fp16", "heads": "fp16"}
+    llm_inputs = {i["name"]: i for i in data["backbone"]["llm_decoder"]["inputs"]}
     assert llm_inputs["inputs_embeds"]["dtype"] == "float16"
     if "CUDAExecutionProvider" in ort.get_available_providers():  # where a GPU exists, run it there too
         result = run_script("eval.py", "--mode", "equiv", "--model_dir", builds.get("gpu"), "--provider", "cuda")
@@ -71,7 +71,7 @@ def test_int4_profile_quantizes_weights(builds):
 def test_int8_profile_runs_integer_kernels_and_stays_bidirectional(builds):
     folder = builds.get("cpu_int8")
     data = read_manifest(folder).data
-    assert data["precision"] == {"llm": "int8", "embeddings": "fp16", "heads": "int8"}
+    assert data["precision"] == "int8" and data["graph_precision"] == {"llm": "int8", "embeddings": "fp16", "heads": "int8"}
 
     def ops(name):
         return {n.op_type for n in onnx.load(str(folder / name)).graph.node}
@@ -135,7 +135,7 @@ def test_probe_fails_on_an_unpatched_genai_build(tiny_checkpoint, tmp_path):
 
 
 def test_probe_passes_on_our_backbone_graph(builds):
-    from codes.checks.probe import probe_bidirectional
+    from codes.runtime.probe import probe_bidirectional
     from codes.runtime.sessions import BackboneRunner, make_session
 
     result = probe_bidirectional(BackboneRunner(make_session(builds.get("cpu") / "llm_decoder.onnx")))
@@ -341,7 +341,7 @@ def test_head_dim_genai_cannot_run_falls_back_to_torch_and_synthesizes(tiny_chec
     built = run_script("optimize.py", "--model", ckpt, "--include-higgs", "--output", out, check=True)
     assert "head_dim 24" in built.stdout and "torch" in built.stdout
     data = read_manifest(out).data
-    assert data["llm_build"] == "torch" and "head_dim 24" in data["sub_models"]["llm_decoder"]["build_reason"]
+    assert data["llm_build"] == "torch" and "head_dim 24" in data["backbone"]["llm_decoder"]["build_reason"]
     spoken = run_script("inference.py", "--model_dir", out, "--text", "Hello.", "--num_steps", "4", "--quiet",
                         "--output", tmp_path / "out.wav")
     assert spoken.returncode == 0, spoken.stderr

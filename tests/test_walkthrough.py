@@ -80,8 +80,8 @@ def test_the_recipe_walkthrough_runs_verbatim(tiny_checkpoint, tmp_path):
         "onnx": "cpu_fp16", "onnx/int4": "cpu", "onnx/cuda": "gpu"}
     codec = read_manifest(folder / "onnx/audio_tokenizer")
     assert codec.is_codec and codec.data["codec"]["precision"] == "fp16"
-    assert builds["onnx"]["higgs"]["dir"] == "audio_tokenizer"
-    assert "higgs" not in builds["onnx/int4"] and "higgs" not in builds["onnx/cuda"]
+    assert builds["onnx"]["higgs_tokenizer"]["models_dir"] == "audio_tokenizer"
+    assert "higgs_tokenizer" not in builds["onnx/int4"] and "higgs_tokenizer" not in builds["onnx/cuda"]
     for name in ("out.wav", "out_int4.wav", "rt.wav"):
         audio, rate = soundfile.read(folder / name)
         assert rate == 24000 and len(audio) > 0 and np.isfinite(audio).all(), name

@@ -70,15 +70,16 @@ NOT_STEPS = {"prompt", "codec", "post-processing", "codec + post-processing"}
 
 
 class OnnxEngine:
-    def __init__(self, model_dir: Path, threads: int, provider: str | None = None, higgs_dir: Path | None = None):
+    def __init__(self, model_dir: Path, threads: int, provider: str | None = None, higgs_dir: Path | None = None,
+                 backbone: Path | None = None):
         from codes.runtime.synthesis import OmniVoiceOnnx
 
-        self.model_dir, self.higgs_dir = Path(model_dir), higgs_dir
-        self.tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=provider, threads=threads)
+        self.model_dir, self.higgs_dir, self.backbone = Path(model_dir), higgs_dir, backbone
+        self.tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=provider, threads=threads, backbone=backbone)
         data = self.tts.manifest.data
         self.kind, self.profile = "onnx", data.get("profile")
         # One word when the three backbone graphs agree ("fp32"), else embeddings/llm/heads as equiv prints it.
-        graphs = [data.get("precision", {}).get(k, "?") for k in ("embeddings", "llm", "heads")]
+        graphs = [self.tts.manifest.graph_precision[k] for k in ("embeddings", "llm", "heads")]
         self.precision = graphs[0] if len(set(graphs)) == 1 else "/".join(graphs)
         self.name = f"ours {self.profile} ({self.model_dir.name})"  # display only
 
@@ -145,8 +146,10 @@ def torch_baselines(engines: dict[str, dict]) -> dict[str, str]:
     return {dtype: found[dtype] for dtype in ("fp32", "bf16") if dtype in found}
 
 
-def make_engines(model_dirs, torch_checkpoint, torch_dtypes, threads: int, provider: str | None = None, higgs_dir=None):
-    engines = [OnnxEngine(d, threads, provider, higgs_dir) for d in model_dirs]
+def make_engines(model_dirs, torch_checkpoint, torch_dtypes, threads: int, provider: str | None = None, higgs_dir=None,
+                 backbone=None):
+    # --backbone replaces the first build's backbone only: the others are timed as built.
+    engines = [OnnxEngine(d, threads, provider, higgs_dir, backbone if i == 0 else None) for i, d in enumerate(model_dirs)]
     if torch_checkpoint:
         engines += [TorchEngine(torch_checkpoint, dtype, threads) for dtype in torch_dtypes]
     return engines
@@ -211,7 +214,8 @@ def token_agreement(results: dict, reference_name: str) -> dict:
     return agreement
 
 
-def peak_memory_mb(model_dir: Path, threads: int, workload: str, higgs_dir: Path | None = None) -> float:
+def peak_memory_mb(model_dir: Path, threads: int, workload: str, higgs_dir: Path | None = None,
+                   backbone: Path | None = None) -> float:
     """Peak resident memory of one synthesis in a fresh process (the build's real footprint).
 
     Two decoding steps suffice: every step has the same shapes, so the peak is reached in the first.
@@ -221,19 +225,20 @@ def peak_memory_mb(model_dir: Path, threads: int, workload: str, higgs_dir: Path
         "import re, sys; sys.path.insert(0, sys.argv[1]);"
         "from codes.checks.bench import OnnxEngine, WORKLOADS;"
         "from codes.checks.bench import Case;"
-        "engine = OnnxEngine(sys.argv[2], int(sys.argv[3]), higgs_dir=sys.argv[5] or None);"
+        "engine = OnnxEngine(sys.argv[2], int(sys.argv[3]), higgs_dir=sys.argv[5] or None, backbone=sys.argv[6] or None);"
         "case = WORKLOADS[sys.argv[4]][0];"
         "engine.run(Case(case.name, case.texts, case.seconds, num_steps=2));"
         "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
     )
     root = Path(__file__).resolve().parents[2]  # the repository root, which holds codes/
     out = subprocess.run([sys.executable, "-c", code, str(root), str(model_dir), str(threads), workload,
-                          str(higgs_dir or "")],
+                          str(higgs_dir or ""), str(backbone or "")],
                          capture_output=True, text=True, check=True)
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
-def step_profile(model_dir: Path, case: Case, threads: int, provider: str | None = None, steps: int = 3) -> dict:
+def step_profile(model_dir: Path, case: Case, threads: int, provider: str | None = None, steps: int = 3,
+                 backbone: Path | None = None) -> dict:
     """Where one decoding step of `case` goes, by graph and op type, from ONNX Runtime's profiler.
 
     Runs `steps` + 1 steps and leaves out each graph's first call (allocator growth).
@@ -244,7 +249,7 @@ def step_profile(model_dir: Path, case: Case, threads: int, provider: str | None
     from codes.runtime.synthesis import OmniVoiceOnnx
 
     with tempfile.TemporaryDirectory() as folder:
-        tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads, profile_dir=Path(folder))
+        tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads, profile_dir=Path(folder), backbone=backbone)
         requests = tts.settle(list(case.texts), duration=list(case.seconds))
         tts.generate_codes(requests, GenerationSettings(num_steps=steps + 1, **DETERMINISTIC))
         seconds: dict[tuple[str, str], float] = {}
@@ -348,6 +353,7 @@ class BenchRequest:
     torch_checkpoint: Path | None = None
     torch_dtypes: list[str] = field(default_factory=lambda: ["fp32"])
     higgs_dir: Path | None = None
+    backbone: Path | None = None
     provider: str | None = None
     workload: str = "default"
     num_steps: int | None = None
@@ -362,7 +368,7 @@ class BenchRequest:
 
 def benchmark(request: BenchRequest, log=print) -> dict:
     engines = make_engines(request.model_dirs, request.torch_checkpoint, request.torch_dtypes, request.threads,
-                           provider=request.provider, higgs_dir=request.higgs_dir)
+                           provider=request.provider, higgs_dir=request.higgs_dir, backbone=request.backbone)
     results = run_benchmark(engines, workload_cases(request.workload, request.num_steps), request.repeats,
                             request.warmup, log)
     described = {e.name: describe(e) for e in engines}
@@ -378,9 +384,11 @@ def benchmark(request: BenchRequest, log=print) -> dict:
     if request.profile:
         main = next(e for e in engines if e.kind == "onnx")
         report["step_profile"] = {"model": main.name, **step_profile(
-            main.model_dir, workload_cases(request.workload)[0], request.threads, request.provider)}
+            main.model_dir, workload_cases(request.workload)[0], request.threads, request.provider,
+            backbone=main.backbone)}
     if request.memory:
-        report["memory_mb"] = {e.name: peak_memory_mb(e.model_dir, request.threads, request.workload, e.higgs_dir)
+        report["memory_mb"] = {e.name: peak_memory_mb(e.model_dir, request.threads, request.workload, e.higgs_dir,
+                                                      e.backbone)
                                for e in engines if e.kind == "onnx"}
     write_report(report, request.out)
     return report

@@ -13,11 +13,11 @@ import numpy as np
 
 from codes.checks.equiv_codec import codec_equivalence
 from codes.checks.foreign import foreign_backbone_rows
-from codes.checks.probe import probe_bidirectional
+from codes.runtime.probe import probe_bidirectional
 from codes.checks.report import FP32_ABS_BOUND, Row, compare, format_table, probe_row
 from codes.common.errors import UserError
 from codes.runtime import specs
-from codes.runtime.manifest import FORMAT, MANIFEST_NAME, read_manifest
+from codes.runtime.manifest import FORMAT, MANIFEST_NAME, RECIPE_SCHEMA, read_manifest
 from codes.runtime.sessions import BackboneRunner, make_session, resolve_provider
 
 
@@ -42,17 +42,20 @@ def padded_cfg_batch(text_vocab: int, seed: int = 0, cond_lens=(23, 15), target_
     return build_cfg_batch(items, list(target_lens))
 
 
-def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "cpu") -> list[Row]:
-    """Compare the three backbone graphs of an omnivoice-onnx build with upstream on a padded CFG batch."""
+def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "cpu",
+                         backbone: Path | None = None) -> list[Row]:
+    """Compare the three backbone graphs of a build (or `backbone` in place of its own) with upstream
+    on a padded CFG batch."""
     import torch
 
     from codes.export.checkpoint import load_omnivoice
 
     model = load_omnivoice(Path(source))
-    precision = manifest.data.get("precision", {})
-    llm_precision, embed_precision, heads_precision = (precision.get(k, "?") for k in ("llm", "embeddings", "heads"))
+    precision = manifest.graph_precision
+    llm_precision, embed_precision, heads_precision = (precision[k] for k in ("llm", "embeddings", "heads"))
     embed_session = make_session(manifest.path_of(specs.EMBEDDINGS.key), provider)
-    backbone = BackboneRunner(make_session(manifest.path_of(specs.BACKBONE.key), provider))
+    backbone_path = Path(backbone) if backbone else manifest.path_of(specs.BACKBONE.key)
+    backbone = BackboneRunner(make_session(backbone_path, provider), name=str(backbone_path))
     heads_session = make_session(manifest.path_of(specs.HEADS.key), provider)
 
     input_ids, audio_mask, attention_mask, _ = padded_cfg_batch(model.config.llm_config.vocab_size)
@@ -87,37 +90,46 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
 
 def source_of(manifest, source: str | None) -> Path:
     """--source, else the checkpoint the manifest names (generated ones are regenerated on demand)."""
-    from codes.export.checkpoint import generated_checkpoint, resolve_checkpoint
+    from codes.export.checkpoint import GENERATED, generated_checkpoint, resolve_checkpoint
 
     if source:
         return resolve_checkpoint(source, need_backbone=False).path
-    recorded = manifest.data.get("source", {})
-    if recorded.get("kind") in ("tiny-random", "full-random"):
+    recorded = manifest.data.get("source") or {"kind": manifest.data.get("model_id")}  # a published folder's
+    if recorded.get("kind") in GENERATED:
         return generated_checkpoint(recorded["kind"], seed=recorded.get("seed", 0)).path
     path = recorded.get("path")
     if path and Path(path).is_dir():
         return Path(path)
+    if recorded.get("kind") and "/" in recorded["kind"]:  # a hub id, looked up in the local cache only
+        try:
+            return resolve_checkpoint(recorded["kind"], need_backbone=False).path
+        except UserError:
+            pass
     raise UserError(f"the checkpoint this build came from ({path or recorded}) is not here; pass it with --source DIR")
 
 
-def manifest_format(folder: Path) -> str | None:
-    """The `format` field of the folder's manifest, None without a readable one.
+def manifest_schema(folder: Path) -> str | None:
+    """FORMAT for our builds, RECIPE_SCHEMA for a folder in the recipe's schema, None for anything else.
 
-    onnx-community's export ships a file of the same name, so the name alone does not make a build ours
-    (docs/DESIGN.md §foreign-layouts).
+    A file of the same name does not make a build ours or the recipe's (docs/DESIGN.md §foreign-layouts).
     """
     try:
         data = json.loads((Path(folder) / MANIFEST_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data.get("format") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    if data.get("format") == FORMAT:
+        return FORMAT
+    return RECIPE_SCHEMA if "format" not in data and isinstance(data.get("backbone"), dict) else None
 
 
 def run_equivalence(folder: Path, source: str | None, provider: str | None = None,
-                    higgs_dir: Path | None = None) -> tuple[list[Row], str]:
-    """Rows for every graph of the build in `folder` (and of the codec in `higgs_dir`, or the build's own)."""
+                    higgs_dir: Path | None = None, backbone: Path | None = None) -> tuple[list[Row], str]:
+    """Rows for every graph of the build in `folder`, ours or in the recipe's schema (with `backbone` in
+    place of its own, if given), and of the codec in `higgs_dir` or the build's own."""
     folder = Path(folder)
-    if manifest_format(folder) != FORMAT:
+    if manifest_schema(folder) is None:
         rows = foreign_backbone_rows(folder, provider or "cpu")
         return rows, f"{folder}: not an omnivoice-onnx build; probing its backbone only\n" + format_table(rows)
     manifest = read_manifest(folder)
@@ -125,11 +137,11 @@ def run_equivalence(folder: Path, source: str | None, provider: str | None = Non
     source_path = source_of(manifest, source)
     rows = []
     if manifest.sub_models:
-        rows += backbone_equivalence(folder, manifest, source_path, provider)
+        rows += backbone_equivalence(folder, manifest, source_path, provider, backbone)
     codec_holder = read_manifest(higgs_dir) if higgs_dir is not None else manifest
     if codec_holder.is_codec or codec_holder.higgs:
         codec_folder, section = codec_holder.codec()
         codec_source = source_path if higgs_dir is None else source_of(read_manifest(codec_folder), source)
         rows += codec_equivalence(codec_folder, section, codec_source / specs.HIGGS_DIR)
-    title = f"{folder} ({manifest.data.get('profile', 'codec')}) vs upstream {source_path}"
+    title = f"{folder} ({manifest.data.get('profile') or manifest.schema}) vs upstream {source_path}"
     return rows, title + "\n" + format_table(rows)

@@ -60,9 +60,9 @@ def codec_equivalence(higgs_dir, section: dict, source_dir, codec: HiggsCodec | 
     upstream = HiggsAudioV2TokenizerModel.from_pretrained(str(Path(source_dir))).eval()
     codec = codec or HiggsCodec(higgs_dir, section)
     hop = codec.hop_length
-    files = section["files"]
-    enc_precision = files[ACOUSTIC_ENCODER.key].get("precision", section["precision"])
-    dec_precision = files[HIGGS_DECODER.key].get("precision", section["precision"])
+    graphs, default = section["sub_models"], section.get("precision", "?")  # a published folder may not say
+    enc_precision = graphs[ACOUSTIC_ENCODER.key].get("precision", default)
+    dec_precision = graphs[HIGGS_DECODER.key].get("precision", default)
 
     def upstream_codes(batch: np.ndarray) -> np.ndarray:
         with torch.no_grad():

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from codes.checks.probe import probe_bidirectional
+from codes.runtime.probe import probe_bidirectional
 from codes.checks.report import Row, probe_row
 from codes.common.errors import UserError
 from codes.runtime.sessions import ORT_TO_NUMPY, BackboneRunner, make_session

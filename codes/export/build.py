@@ -108,7 +108,7 @@ def build(request: BuildRequest) -> Path:
         body, backbone_files = {}, []
         if request.builds_backbone:
             body, backbone_files = _build_backbone(request, profile, llm_export, llm_reason, staging, work)
-        elif previous.top is not None and previous.top.get("sub_models"):
+        elif previous.top is not None and previous.top.get("backbone"):
             body = {k: v for k, v in previous.top.items() if k not in ("format", "format_version", "toolkit_version", "files")}
         codec_files = []
         if request.builds_codec:
@@ -117,12 +117,12 @@ def build(request: BuildRequest) -> Path:
         else:
             codec_section = previous.codec["codec"] if previous.codec else None
         body.update(_describe(request, profile))
-        body.pop("higgs", None)
+        body.pop("higgs_tokenizer", None)
         if codec_section is not None:
-            body["higgs"] = {"dir": specs.HIGGS_DIR, **codec_section}
+            body["higgs_tokenizer"] = {"models_dir": specs.HIGGS_DIR, **codec_section}
         hashes = None  # a backbone build hashes what it wrote; a codec-only one keeps the backbone's hashes
         if not request.builds_backbone:
-            kept = (previous.top or {}).get("files", {}) if body.get("sub_models") else {}
+            kept = (previous.top or {}).get("files", {}) if body.get("backbone") else {}
             hashes = {name: digest for name, digest in kept.items() if not name.startswith(f"{specs.HIGGS_DIR}/")}
         write_manifest(staging, body, backbone_files, hashes)
         written = backbone_files + codec_files + [MANIFEST_NAME]
@@ -235,7 +235,7 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
                     staging: Path, work: Path) -> tuple[dict, list[str]]:
     ckpt = request.checkpoint
     config = json.loads((ckpt.path / "config.json").read_text())
-    sub_models = {}
+    graphs = {}
     for entry in BACKBONE_GRAPHS:
         recipe = profile.recipe(entry.part, llm_export)
         if entry.part == "llm" and llm_export == "genai":
@@ -249,8 +249,8 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
         else:
             path = _timed(request, entry.key, olive_export, entry, ckpt.path, recipe, staging, work)
             built_with = "torch" if entry.part == "llm" else "olive"
-        sub_models[entry.key] = _sub_model_entry(path, staging, recipe.precision, built_with)
-    llm = sub_models[specs.BACKBONE.key]
+        graphs[entry.key] = _graph_entry(path, staging, recipe.precision, built_with)
+    llm = graphs[specs.BACKBONE.key]
     llm["build"] = ("onnxruntime-genai create_model (exclude_embeds, exclude_lm_head), GQA patched to causal=0 + "
                     "attention_bias" if llm_export == "genai"
                     else "torch.onnx.export (legacy, via Olive OnnxConversion) with the 4-D bool mask")
@@ -262,14 +262,15 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
         shutil.copy2(source, staging / source.name)
         tokenizer_files.append(source.name)
     body = {
-        "sub_models": sub_models,
+        "backbone": graphs,
         "tokenizer": {"files": tokenizer_files, "special_tokens": _special_tokens(staging)},
         "model": _model_facts(config),
-        "precision": {part: profile.precision[part] for part in ("llm", "embeddings", "heads")},
+        "precision": profile.recipe_precision,
+        "graph_precision": {part: profile.precision[part] for part in ("llm", "embeddings", "heads")},
         "attention": "bidirectional",
         "llm_build": llm_export,
     }
-    graph_files = [name for entry in sub_models.values() for name in (entry["filename"], *entry["external_data"])]
+    graph_files = [name for entry in graphs.values() for name in (entry["filename"], *entry["external_data"])]
     return body, graph_files + tokenizer_files
 
 
@@ -282,7 +283,7 @@ def _build_codec(request: BuildRequest, profile: Profile, staging: Path, work: P
     return [f"{specs.HIGGS_DIR}/{name}" for name in files] + [CODEC_MANIFEST]
 
 
-def _sub_model_entry(path: Path, folder: Path, precision: str, built_with: str) -> dict:
+def _graph_entry(path: Path, folder: Path, precision: str, built_with: str) -> dict:
     inputs, outputs, opsets = graph_io(path)
     files = files_of(path)
     return {
@@ -336,6 +337,11 @@ def _describe(request: BuildRequest, profile: Profile) -> dict:
             "hop_length": specs.HOP_LENGTH,
         },
         "decoding_defaults": GenerationSettings().to_dict(),
+        "iterative_decoding": {
+            "steps": GenerationSettings().num_steps,
+            "audio_codebook_weights": list(specs.CODEBOOK_WEIGHTS),
+            "per_step_pipeline": [spec.key for spec in specs.BACKBONE_SPECS],
+        },
     }
     if request.builds_backbone:  # a codec-only rebuild keeps the backbone's profile and timings
         describe.update({"profile": profile.name, "execution_provider": profile.execution_provider,

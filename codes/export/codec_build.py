@@ -95,6 +95,6 @@ def build_codec(source_audio_tokenizer_dir, out_dir, codec: GraphRecipe, work_di
         "acoustic_dim": acoustic_dim,
         "semantic_dim": semantic_dim,
         "feature_extractor": feature_extractor,
-        "files": graphs,
+        "sub_models": graphs,
     }
     return section, written

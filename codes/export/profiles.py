@@ -8,6 +8,7 @@ only read recipes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,6 +38,7 @@ class GraphRecipe:
 class Profile:
     name: str
     precision: dict  # part -> precision
+    recipe_precision: str  # the one word the recipe's manifest records for the build
     execution_provider: str  # the ONNX Runtime provider the build is meant for
     genai_target: str  # onnxruntime-genai builder's execution_provider
     llm_export: str  # default backbone path: genai | torch
@@ -48,8 +50,7 @@ class Profile:
             return self
         if precision not in CODEC_PRECISIONS:
             raise UserError(f"--higgs-precision {precision!r}: the codec builds in fp16 or fp32, never int4")
-        return Profile(self.name, {**self.precision, "codec": precision}, self.execution_provider,
-                       self.genai_target, self.llm_export, self.description)
+        return dataclasses.replace(self, precision={**self.precision, "codec": precision})
 
     def recipe(self, part: str, llm_export: str = "genai") -> GraphRecipe:
         return recipe(part, self.precision[part], llm_export)
@@ -93,25 +94,25 @@ def codec_graph_recipe(key: str, codec: GraphRecipe) -> GraphRecipe:
     return recipe("codec", "fp32") if key == QUANTIZER_ENCODER.key else codec
 
 
-def _profile(name, embeddings, llm, heads, provider, genai_target, description) -> Profile:
-    return Profile(name, {"embeddings": embeddings, "llm": llm, "heads": heads, "codec": "fp16"},
+def _profile(name, recipe_precision, embeddings, llm, heads, provider, genai_target, description) -> Profile:
+    return Profile(name, {"embeddings": embeddings, "llm": llm, "heads": heads, "codec": "fp16"}, recipe_precision,
                    provider, genai_target, "genai", description)
 
 
 PROFILES = {
     p.name: p
     for p in (
-        _profile("cpu", "int4", "int4", "int4", "CPUExecutionProvider", "cpu",
+        _profile("cpu", "int4", "int4", "int4", "int4", "CPUExecutionProvider", "cpu",
                  "int4 everywhere (block-wise RTN), CPU"),
-        _profile("cpu_fp16", "fp16", "int4", "fp16", "CPUExecutionProvider", "cpu",
+        _profile("cpu_fp16", "fp16", "fp16", "int4", "fp16", "CPUExecutionProvider", "cpu",
                  "int4 backbone, fp16 embeddings and heads, CPU"),
-        _profile("gpu", "fp16", "fp16", "fp16", "CUDAExecutionProvider", "cuda", "fp16 everywhere, CUDA"),
-        _profile("cpu_fp32", "fp32", "fp32", "fp32", "CPUExecutionProvider", "cpu",
+        _profile("gpu", "fp16", "fp16", "fp16", "fp16", "CUDAExecutionProvider", "cuda", "fp16 everywhere, CUDA"),
+        _profile("cpu_fp32", "fp32", "fp32", "fp32", "fp32", "CPUExecutionProvider", "cpu",
                  "fp32 reference build, used for equivalence with upstream"),
         # Measured on the full model: int8 heads take 62 ms a step against 104 ms for int4, and
         # fp16 embedding tables (memory-mapped, only looked-up rows resident) instead of int4
         # raise end-to-end argmax agreement with fp32 from 64% to 93% at the same speed.
-        _profile("cpu_int8", "fp16", "int8", "int8", "CPUExecutionProvider", "cpu",
+        _profile("cpu_int8", "int8", "fp16", "int8", "int8", "CPUExecutionProvider", "cpu",
                  "dynamic int8 backbone and heads (int8 weights, int8 activations), fp16 embedding tables, CPU"),
     )
 }

@@ -1,6 +1,6 @@
 """The Higgs Audio V2 codec at runtime: ONNX Runtime, numpy and soxr, no torch.
 
-    codec = HiggsCodec(higgs_dir, section)        # section: the manifest's "higgs" entry
+    codec = HiggsCodec(higgs_dir, section)        # section: the manifest's "higgs_tokenizer" entry
     codes = codec.encode(waveform, sample_rate)   # [8, T] int64
     audio = codec.decode(codes)                   # [T * 960] float32 at 24 kHz
 
@@ -25,7 +25,7 @@ def check_files(higgs_dir, section: dict) -> None:
     """Every graph the section names exists (hashes are read_manifest's job, done once per folder)."""
     higgs_dir = Path(higgs_dir)
     for spec in HIGGS_SPECS:
-        entry = section.get("files", {}).get(spec.key)
+        entry = section.get("sub_models", {}).get(spec.key)
         if entry is None:
             raise UserError(f"the codec manifest section lists no {spec.key}; rebuild the codec with optimize.py")
         path = higgs_dir / entry["filename"]
@@ -50,7 +50,7 @@ class HiggsCodec:
     def session(self, key: str):
         """Graphs load on first use: speaking needs only the decoder (the fp16 encoders hold ~700 MB)."""
         if key not in self._sessions:
-            path = self.higgs_dir / self.section["files"][key]["filename"]
+            path = self.higgs_dir / self.section["sub_models"][key]["filename"]
             self._sessions[key] = open_session(path, self._providers, self._threads)
         return self._sessions[key]
 

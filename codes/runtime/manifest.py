@@ -12,12 +12,17 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.fileio import sha256_file
+from codes.runtime.specs import CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
 
 MANIFEST_NAME = "omnivoice_manifest.json"
 FORMAT = "omnivoice-onnx"
 # 2: a build's "files" lists only what it wrote, and the codec folder carries its own manifest.
 FORMAT_VERSION = 2
 CODEC_KIND = "codec"
+RECIPE_SCHEMA = "recipe"
+# What a published folder's manifest does not say about its codec: Higgs Audio V2's fixed facts.
+CODEC_FACTS = {"sample_rate": SAMPLE_RATE, "hop_length": HOP_LENGTH, "num_codebooks": NUM_CODEBOOKS,
+               "codebook_size": CODEBOOK_SIZE}
 
 # Where optimize.py writes when no --output is given, so the runtime finds a build with no flags.
 def default_build_dir(profile: str) -> Path:
@@ -30,16 +35,22 @@ def default_codec_dir(precision: str) -> Path:
 
 @dataclass
 class Manifest:
+    """A build folder's manifest: ours, or the recipe's schema (a published folder: no hashes, and an
+    attention kind that only a probe of its backbone can tell)."""
+
     folder: Path
     data: dict
+    schema: str = FORMAT  # FORMAT or RECIPE_SCHEMA
 
     @property
     def sub_models(self) -> dict:
-        return self.data.get("sub_models", {})
+        """The backbone graphs by key (the recipe's `backbone` entries)."""
+        return self.data.get("backbone", {})
 
     @property
     def higgs(self) -> dict | None:
-        return self.data.get("higgs")
+        """The codec section (the recipe's `higgs_tokenizer`), if the folder holds a codec."""
+        return self.data.get("higgs_tokenizer")
 
     @property
     def is_codec(self) -> bool:
@@ -50,11 +61,19 @@ class Manifest:
     def attention(self) -> str:
         return self.data.get("attention", "unknown")
 
+    @property
+    def graph_precision(self) -> dict:
+        """Precision per backbone part (embeddings, llm, heads); a published folder's one word stands for all."""
+        if "graph_precision" in self.data:
+            return self.data["graph_precision"]
+        word = self.data.get("precision")
+        return dict.fromkeys(("embeddings", "llm", "heads"), word if isinstance(word, str) else "?")
+
     def path_of(self, key: str) -> Path:
         try:
             return self.folder / self.sub_models[key]["filename"]
-        except KeyError:
-            raise UserError(f"{self.folder / MANIFEST_NAME} has no sub-model {key!r}; rebuild with optimize.py") from None
+        except (KeyError, TypeError):
+            raise UserError(f"{self.folder / MANIFEST_NAME} names no {key} graph; rebuild with optimize.py") from None
 
     def codec(self) -> tuple[Path, dict]:
         """(codec folder, its section): this folder if it is a codec build, else the codec it holds."""
@@ -65,7 +84,10 @@ class Manifest:
                 f"{self.folder} holds no Higgs codec: build one with `python optimize.py --higgs-only` "
                 "(or --include-higgs), or point at a codec build with --higgs_dir"
             )
-        codec = read_manifest(self.folder / self.higgs["dir"])
+        folder = self.folder / self.higgs["models_dir"]
+        if self.schema == RECIPE_SCHEMA:
+            return folder, self.higgs
+        codec = read_manifest(folder)
         if not codec.is_codec:
             raise UserError(f"{codec.folder} is not a codec build; rebuild it with optimize.py --higgs-only")
         return codec.codec()
@@ -83,7 +105,7 @@ class Manifest:
 
 
 def read_manifest(folder: str | Path, verify: bool = True) -> Manifest:
-    """Load and check a build folder's manifest; every problem is a one-line UserError."""
+    """Load and check a build folder's manifest, ours or the recipe's; every problem is a one-line UserError."""
     folder = Path(folder)
     path = folder / MANIFEST_NAME
     if not folder.is_dir():
@@ -94,6 +116,10 @@ def read_manifest(folder: str | Path, verify: bool = True) -> Manifest:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"{path} is not valid JSON ({exc}); rebuild the folder with optimize.py") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is not a manifest (a JSON object); rebuild the folder with optimize.py")
+    if "format" not in data and isinstance(data.get("backbone"), dict):
+        return Manifest(folder, _from_recipe_schema(path, data), RECIPE_SCHEMA)
     if data.get("format") != FORMAT:
         raise UserError(f"{path} is not an omnivoice-onnx manifest (format {data.get('format')!r}); rebuild with optimize.py")
     if data.get("format_version") != FORMAT_VERSION:
@@ -104,6 +130,29 @@ def read_manifest(folder: str | Path, verify: bool = True) -> Manifest:
     if verify:
         manifest.verify_hashes()
     return manifest
+
+
+def _from_recipe_schema(path: Path, data: dict) -> dict:
+    """A published folder's manifest in the shapes our readers take: graph entries with a file name
+    (a plain string is taken as one), and the codec section filled in with the codec's fixed facts."""
+
+    def entries(section: dict, where: str) -> dict:
+        graphs = {}
+        for key, entry in section.items():
+            filename = entry if isinstance(entry, str) else entry.get("filename") if isinstance(entry, dict) else None
+            if not isinstance(filename, str):
+                raise UserError(f"{path}: {where}.{key} names no filename; fix the manifest or rebuild with optimize.py")
+            graphs[key] = {**(entry if isinstance(entry, dict) else {}), "filename": filename}
+        return graphs
+
+    normalized = {**data, "backbone": entries(data["backbone"], "backbone"), "attention": "unknown"}
+    higgs = data.get("higgs_tokenizer")
+    if isinstance(higgs, dict):
+        if not isinstance(higgs.get("models_dir"), str) or not isinstance(higgs.get("sub_models"), dict):
+            raise UserError(f"{path}: higgs_tokenizer needs models_dir and sub_models; fix the manifest or pass --higgs_dir")
+        normalized["higgs_tokenizer"] = {**CODEC_FACTS, **higgs,
+                                         "sub_models": entries(higgs["sub_models"], "higgs_tokenizer.sub_models")}
+    return normalized
 
 
 def find_builds(model_dir: str | Path | None, higgs_dir: str | Path | None) -> tuple[Path, Path | None]:

@@ -12,6 +12,7 @@ import numpy as np
 import onnxruntime as ort
 
 from codes.common.errors import UserError
+from codes.runtime.probe import CAUSAL_ADVICE
 
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
 ORT_TO_NUMPY = {
@@ -84,17 +85,15 @@ class BackboneRunner:
 
     signature = "mask4d"
 
-    def __init__(self, session: ort.InferenceSession):
+    def __init__(self, session: ort.InferenceSession, name: str = "the backbone graph"):
         self.session = session
         inputs = {i.name: i for i in session.get_inputs()}
         if "inputs_embeds" not in inputs or "attention_mask" not in inputs:
-            raise UserError("the backbone graph has no inputs_embeds/attention_mask inputs; it is not an OmniVoice backbone")
+            raise UserError(f"{name} has no inputs_embeds/attention_mask inputs; it is not an OmniVoice backbone")
         mask_rank = len(inputs["attention_mask"].shape)
         if mask_rank != 4:
-            raise UserError(
-                f"the backbone graph takes a {mask_rank}-D attention mask, not OmniVoice's 4-D one [B,1,S,S], "
-                "so it is causal; rebuild it with optimize.py"
-            )
+            raise UserError(f"{name} takes a {mask_rank}-D attention mask, not OmniVoice's 4-D one [B,1,S,S], "
+                            f"so it is causal: {CAUSAL_ADVICE}")
         self.embeds_dtype = ORT_TO_NUMPY[inputs["inputs_embeds"].type]
         self.hidden_size = inputs["inputs_embeds"].shape[-1]
         outputs = [o.name for o in session.get_outputs()]
@@ -104,3 +103,17 @@ class BackboneRunner:
         feed = {"inputs_embeds": inputs_embeds.astype(self.embeds_dtype, copy=False), "attention_mask": attention_mask}
         hidden = self.session.run([self.output_name], feed)[0]
         return hidden.astype(np.float32, copy=False)
+
+
+def open_backbone(path: Path, provider: str = "cpu", threads: int | None = None, profile_dir: Path | None = None,
+                  probe: bool = False) -> BackboneRunner:
+    """The backbone graph at `path`, refused in one line if it is causal. `probe`: also run the
+    bidirectionality probe (a few positions, milliseconds), for graphs no build of ours vouches for."""
+    from codes.runtime.probe import probe_bidirectional
+
+    if not Path(path).is_file():
+        raise UserError(f"backbone graph {path} does not exist; pass an .onnx file with --backbone")
+    runner = BackboneRunner(make_session(Path(path), provider, threads, profile_dir), name=str(path))
+    if probe and not probe_bidirectional(runner).bidirectional:
+        raise UserError(f"{path} is causal: changing the last position leaves earlier ones unchanged; {CAUSAL_ADVICE}")
+    return runner

@@ -22,7 +22,8 @@ from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
 from codes.runtime.manifest import read_manifest
 from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
-from codes.runtime.sessions import BackboneRunner, make_session, providers_for, resolve_provider
+from codes.runtime.probe import CAUSAL_ADVICE
+from codes.runtime.sessions import make_session, open_backbone, providers_for, resolve_provider
 from codes.runtime.settings import GenerationSettings
 from codes.runtime import specs
 from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
@@ -75,9 +76,10 @@ class Request:
 
 class OmniVoiceOnnx:
     def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str | None = None,
-                 threads: int | None = None, profile_dir: Path | None = None):
+                 threads: int | None = None, profile_dir: Path | None = None, backbone: str | Path | None = None):
         """provider: cpu or cuda; None follows the build (a gpu build runs on CUDA where ONNX Runtime offers it).
 
+        backbone: a backbone graph to use instead of the folder's (a bidirectional re-export, say).
         profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.checks.bench reads it).
         """
         self.manifest = read_manifest(model_dir)
@@ -85,23 +87,14 @@ class OmniVoiceOnnx:
             raise UserError(
                 f"{model_dir} holds only a Higgs codec; pass it as --higgs_dir and a backbone build as --model_dir"
             )
-        if self.manifest.attention != "bidirectional":
-            raise UserError(
-                f"{model_dir} holds a {self.manifest.attention} backbone; OmniVoice needs a bidirectional one: "
-                "rebuild it with optimize.py"
-            )
+        if backbone is None and self.manifest.attention not in ("bidirectional", "unknown"):
+            raise UserError(f"{model_dir} holds a {self.manifest.attention} backbone: {CAUSAL_ADVICE}")
         self.provider = resolve_provider(provider, self.manifest.data.get("execution_provider"))
         self.threads = threads
         self.embeddings = make_session(self.manifest.path_of(specs.EMBEDDINGS.key), self.provider, threads, profile_dir)
-        llm_path = self.manifest.path_of(specs.BACKBONE.key)
-        llm_session = make_session(llm_path, self.provider, threads, profile_dir)
-        mask_rank = {i.name: len(i.shape) for i in llm_session.get_inputs()}.get("attention_mask", 4)
-        if mask_rank != 4:
-            raise UserError(
-                f"{llm_path} takes only a {mask_rank}-D attention mask, so it is causal; "
-                "OmniVoice needs a bidirectional backbone: rebuild it with optimize.py"
-            )
-        self.backbone = BackboneRunner(llm_session)
+        self.backbone = open_backbone(Path(backbone) if backbone else self.manifest.path_of(specs.BACKBONE.key),
+                                      self.provider, threads, profile_dir,
+                                      probe=backbone is not None or self.manifest.attention != "bidirectional")
         self.heads = make_session(self.manifest.path_of(specs.HEADS.key), self.provider, threads, profile_dir)
         self.tokenizer = TextTokenizer.from_dir(self.manifest.folder)
         self.defaults = GenerationSettings()

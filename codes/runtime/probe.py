@@ -13,6 +13,9 @@ import numpy as np
 
 # A causal graph gives exactly 0; a bidirectional one moves earlier positions by O(1e-2) or more.
 RELATIVE_THRESHOLD = 1e-5
+# What a user with a causal backbone can do (the genai builder's graph, as published, is causal).
+CAUSAL_ADVICE = ("OmniVoice's iterative unmasking collapses into noise on it: build a bidirectional backbone "
+                 "with optimize.py, or drop in a bidirectional re-export and pass it with --backbone FILE")
 
 
 class Backbone(Protocol):
@@ -36,7 +39,7 @@ class ProbeResult:
         text = (f"{kind}: changing only the last position moved earlier hidden states by "
                 f"{self.max_change_before_last:.3g} (hidden scale {self.hidden_scale:.3g}, signature {self.signature})")
         if not self.bidirectional:
-            text += "; OmniVoice's iterative unmasking needs a bidirectional backbone: rebuild it with optimize.py"
+            text += f"; {CAUSAL_ADVICE}"
         return text
 
 
