@@ -53,7 +53,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--class_temperature", type=float, default=DEFAULTS.class_temperature)
     p.add_argument("--no_denoise", action="store_true", help="leave out the <|denoise|> token when cloning")
     p.add_argument("--no_postprocess", action="store_true", help="keep long silences in the output")
-    p.add_argument("--seed", type=int, help="seed for the sampling noise (same seed, same output)")
+    p.add_argument("--seed", type=int, help="seed for the sampling noise: same seed, same output (line i of a batch "
+                                            "draws from seed + i, so --batch_size changes nothing)")
     p.add_argument("--provider", choices=("cpu", "cuda"),
                    help="execution provider (default: the build's; a gpu build runs on CUDA where available)")
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
@@ -65,7 +66,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from codes.runtime import jobs as job_io
-    from codes.runtime.decoding import RandomNoise
+    from codes.runtime.decoding import item_noises
     from codes.runtime.manifest import find_builds
     from codes.runtime.outputs import check_output_path, save_codes, write_audio
     from codes.runtime.synthesis import OmniVoiceOnnx, Voice
@@ -117,7 +118,8 @@ def main(argv=None) -> int:
     progress = None if args.quiet else _progress_bar(settings.num_steps)
     start, audio_seconds = time.perf_counter(), 0.0
     for batch, batch_requests in zip(batches, requests):
-        audios, codes = tts.synthesize(batch_requests, settings, RandomNoise(args.seed), progress)
+        noises = item_noises(args.seed, len(batch), first=batch.start)  # a line sounds the same in any batch
+        audios, codes = tts.synthesize(batch_requests, settings, noises, progress)
         for i, wav, item_codes in zip(batch, audios, codes):
             job, codes_path = jobs[i], codes_paths[i]
             write_audio(job.output, wav, tts.sample_rate, args.float_wav)

@@ -85,10 +85,12 @@ def test_text_file_writes_one_wav_per_line_in_batches(model_dir, tts, tmp_path):
     for name in names:
         assert soundfile.info(tmp_path / "wavs" / f"{name}.wav").samplerate == 24000
     codes = [np.load(tmp_path / "codes" / f"{n}.npy") for n in names]
-    # Two batches, each with the same seed: the API on the same batches gives the same codes.
-    expected = api_codes(tts, [lines[0], lines[2]], seed=4) + api_codes(tts, [lines[3]], seed=4)
+    # Line i draws from seed + i whatever its batch: the API on all lines at once gives the same codes,
+    # and so does each line alone with its own seed.
+    expected = api_codes(tts, [lines[0], lines[2], lines[3]], seed=4)
     for mine, theirs in zip(codes, expected):
         np.testing.assert_array_equal(mine, theirs)
+    np.testing.assert_array_equal(codes[2], api_codes(tts, lines[3], seed=6))
 
 
 def test_jsonl_lines_carry_their_own_names_and_options(model_dir, tmp_path):

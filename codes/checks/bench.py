@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 
 from codes.common.fileio import atomic_path, write_json_atomic
-from codes.runtime import specs
 from codes.runtime.specs import FRAME_RATE
 
 TEXT_10S = ("The old lighthouse keeper climbed the spiral stairs every evening, counting each of the one hundred "
@@ -253,9 +252,7 @@ def step_profile(model_dir: Path, case: Case, threads: int, provider: str | None
         requests = tts.settle(list(case.texts), duration=list(case.seconds))
         tts.generate_codes(requests, GenerationSettings(num_steps=steps + 1, **DETERMINISTIC))
         seconds: dict[tuple[str, str], float] = {}
-        graphs = {specs.EMBEDDINGS.key: tts.embeddings, specs.BACKBONE.key: tts.backbone.session,
-                  specs.HEADS.key: tts.heads}
-        for graph, session in graphs.items():
+        for graph, session in tts.sessions().items():
             events = json.loads(Path(session.end_profiling()).read_text())
             first_end = min(e["ts"] + e["dur"] for e in events if e.get("name") == "model_run")
             for e in events:

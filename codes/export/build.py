@@ -26,7 +26,7 @@ from codes.export.manifest_write import write_manifest
 from codes.export.olive_build import olive_export
 from codes.export.onnx_io import files_of, graph_io
 from codes.export.profiles import Profile
-from codes.export.submodels import BACKBONE_GRAPHS, CODEC_GRAPHS
+from codes.export.submodels import BACKBONE_GRAPHS, CODEC_GRAPHS, SCORING_GRAPHS
 from codes.runtime import specs
 from codes.runtime.manifest import CODEC_KIND, FORMAT, MANIFEST_NAME
 
@@ -165,7 +165,7 @@ def _planned_files(request: BuildRequest) -> list[str]:
     """The files the build will write (before building: for refusing early)."""
     names = [MANIFEST_NAME]
     if request.builds_backbone:
-        names += [n for entry in BACKBONE_GRAPHS for n in (entry.spec.filename, entry.spec.filename + ".data")]
+        names += [n for entry in (*BACKBONE_GRAPHS, *SCORING_GRAPHS) for n in (entry.spec.filename, entry.spec.filename + ".data")]
         names += [p.name for p in request.checkpoint.tokenizer_files()]
     if request.builds_codec:
         names += [f"{specs.HIGGS_DIR}/{n}" for entry in CODEC_GRAPHS
@@ -250,6 +250,11 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
             path = _timed(request, entry.key, olive_export, entry, ckpt.path, recipe, staging, work)
             built_with = "torch" if entry.part == "llm" else "olive"
         graphs[entry.key] = _graph_entry(path, staging, recipe.precision, built_with)
+    scoring = {}
+    for entry in SCORING_GRAPHS:
+        recipe = profile.recipe(entry.part)
+        path = _timed(request, entry.key, olive_export, entry, ckpt.path, recipe, staging, work)
+        scoring[entry.key] = _graph_entry(path, staging, recipe.precision, "olive")
     llm = graphs[specs.BACKBONE.key]
     llm["build"] = ("onnxruntime-genai create_model (exclude_embeds, exclude_lm_head), GQA patched to causal=0 + "
                     "attention_bias" if llm_export == "genai"
@@ -263,6 +268,7 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
         tokenizer_files.append(source.name)
     body = {
         "backbone": graphs,
+        "scoring": scoring,
         "tokenizer": {"files": tokenizer_files, "special_tokens": _special_tokens(staging)},
         "model": _model_facts(config),
         "precision": profile.recipe_precision,
@@ -270,7 +276,8 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
         "attention": "bidirectional",
         "llm_build": llm_export,
     }
-    graph_files = [name for entry in graphs.values() for name in (entry["filename"], *entry["external_data"])]
+    graph_files = [name for entry in (*graphs.values(), *scoring.values())
+                   for name in (entry["filename"], *entry["external_data"])]
     return body, graph_files + tokenizer_files
 
 
@@ -340,7 +347,7 @@ def _describe(request: BuildRequest, profile: Profile) -> dict:
         "iterative_decoding": {
             "steps": GenerationSettings().num_steps,
             "audio_codebook_weights": list(specs.CODEBOOK_WEIGHTS),
-            "per_step_pipeline": [spec.key for spec in specs.BACKBONE_SPECS],
+            "per_step_pipeline": [spec.key for spec in (*specs.BACKBONE_SPECS, specs.SCORING)],
         },
     }
     if request.builds_backbone:  # a codec-only rebuild keeps the backbone's profile and timings

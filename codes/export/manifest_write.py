@@ -34,7 +34,7 @@ def write_manifest(folder: Path, body: dict, files: list[str], hashes: dict | No
 
 def _referenced_files(data: dict) -> list[str]:
     names = []
-    for entry in data.get("backbone", {}).values():
+    for entry in (*data.get("backbone", {}).values(), *data.get("scoring", {}).values()):
         names += [entry["filename"], *entry.get("external_data", [])]
     names += data.get("tokenizer", {}).get("files", [])
     return names

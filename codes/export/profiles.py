@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from codes.common.errors import UserError
 
-PARTS = ("embeddings", "llm", "heads", "codec")
+PARTS = ("embeddings", "llm", "heads", "scoring", "codec")
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
 CODEC_PRECISIONS = ("fp16", "fp32")  # the codec is never quantized to integers
 
@@ -70,7 +70,9 @@ def _olive_precision_passes(precision: str) -> dict:
 def recipe(part: str, precision: str, llm_export: str = "genai") -> GraphRecipe:
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}; one of {', '.join(PARTS)}")
-    if precision not in (CODEC_PRECISIONS if part == "codec" else PRECISIONS):
+    # The decoding step's maths stays fp32 in every build: it compares log-probs and scores.
+    allowed = {"codec": CODEC_PRECISIONS, "scoring": ("fp32",)}.get(part, PRECISIONS)
+    if precision not in allowed:
         raise UserError(f"{part} precision {precision!r} is not supported")
     if part == "embeddings" and precision == "fp16":
         # Store only the tables in fp16 and cast looked-up rows to fp32: a whole-graph fp16 pass leaves
@@ -95,7 +97,8 @@ def codec_graph_recipe(key: str, codec: GraphRecipe) -> GraphRecipe:
 
 
 def _profile(name, recipe_precision, embeddings, llm, heads, provider, genai_target, description) -> Profile:
-    return Profile(name, {"embeddings": embeddings, "llm": llm, "heads": heads, "codec": "fp16"}, recipe_precision,
+    parts = {"embeddings": embeddings, "llm": llm, "heads": heads, "scoring": "fp32", "codec": "fp16"}
+    return Profile(name, parts, recipe_precision,
                    provider, genai_target, "genai", description)
 
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from codes.export import higgs, wrappers
+from codes.export import higgs, scoring, wrappers
 from codes.runtime import specs
 
 
 @dataclass(frozen=True)
 class SubModel:
     spec: specs.SubModelSpec
-    part: str  # its entry in a profile's precision recipe: embeddings | llm | heads | codec
+    part: str  # its entry in a profile's precision recipe: embeddings | llm | heads | scoring | codec
     module: type  # a torch module class with load(source) and example_inputs(source)
 
     @property
@@ -27,9 +27,9 @@ class SubModel:
 
     def export_spec(self, source: Path) -> specs.SubModelSpec:
         """The spec as exported from `source`: backbone graphs get the checkpoint's width."""
-        if self.part == "codec":
-            return self.spec
-        return self.spec.sized(wrappers.hidden_size(source))
+        if self.part in ("embeddings", "llm", "heads"):
+            return self.spec.sized(wrappers.hidden_size(source))
+        return self.spec
 
     @property
     def olive_names(self) -> tuple[str, str]:
@@ -42,13 +42,17 @@ BACKBONE_GRAPHS = (
     SubModel(specs.BACKBONE, "llm", wrappers.LlmBackbone),
     SubModel(specs.HEADS, "heads", wrappers.AudioHeadsDecoder),
 )
+SCORING_GRAPHS = (
+    SubModel(specs.SCORING, "scoring", scoring.CellScoring),
+    SubModel(specs.SCORING_SAMPLED, "scoring", scoring.SampledCellScoring),
+)
 CODEC_GRAPHS = (
     SubModel(specs.ACOUSTIC_ENCODER, "codec", higgs.AcousticEncoder),
     SubModel(specs.SEMANTIC_ENCODER, "codec", higgs.SemanticEncoder),
     SubModel(specs.QUANTIZER_ENCODER, "codec", higgs.QuantizerEncoder),
     SubModel(specs.HIGGS_DECODER, "codec", higgs.HiggsDecoder),
 )
-SUBMODELS = {entry.key: entry for entry in (*BACKBONE_GRAPHS, *CODEC_GRAPHS)}
+SUBMODELS = {entry.key: entry for entry in (*BACKBONE_GRAPHS, *SCORING_GRAPHS, *CODEC_GRAPHS)}
 
 
 def olive_entry_point(name: str):

@@ -24,7 +24,7 @@ value equal to the cut-off; torch.topk may order exact ties differently.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -35,9 +35,13 @@ from codes.runtime.specs import AUDIO_MASK_ID
 
 TargetLogits = list[tuple[np.ndarray, np.ndarray]]
 TargetLogitsFn = Callable[[np.ndarray, CfgBatch, list[int]], TargetLogits]
+CellScores = tuple[np.ndarray, np.ndarray]  # an item's predicted token and score per cell, [8, T] each
+# (input_ids, batch, target_lens, noise per item: None where the item reveals nothing this step)
+#   -> an item's CellScores, None where its noise was None
+ScoreFn = Callable[[np.ndarray, CfgBatch, list[int], list], list]
 
 TOP_K_RATIO = 0.1  # class sampling keeps this share of the vocabulary
-_GUMBEL_EPS = np.float32(1e-10)
+GUMBEL_EPS = np.float32(1e-10)
 
 
 class NoiseSource(Protocol):
@@ -53,6 +57,12 @@ class RandomNoise:
 
     def uniform(self, shape: tuple[int, ...]) -> np.ndarray:
         return self.rng.random(shape, dtype=np.float32)
+
+
+def item_noises(seed: int | None, count: int, first: int = 0) -> list[RandomNoise]:
+    """One generator per item, so an item's codes do not depend on what shares its batch: item i of a
+    seeded run draws from seed + i (a lone item from the seed itself); unseeded items from fresh entropy."""
+    return [RandomNoise(None if seed is None else seed + first + i) for i in range(count)]
 
 
 def time_steps(num_steps: int, t_shift: float) -> np.ndarray:
@@ -117,7 +127,7 @@ def filter_top_k(log_probs: np.ndarray, ratio: float = TOP_K_RATIO) -> np.ndarra
 def gumbel_noise(uniform: np.ndarray) -> np.ndarray:
     """Gumbel(0, 1) samples from U[0, 1) samples, with upstream's 1e-10 guards."""
     uniform = uniform.astype(np.float32, copy=False)
-    return -np.log(-np.log(uniform + _GUMBEL_EPS) + _GUMBEL_EPS)
+    return -np.log(-np.log(uniform + GUMBEL_EPS) + GUMBEL_EPS)
 
 
 def predict_tokens(log_probs: np.ndarray, class_temperature: float, noise: NoiseSource) -> np.ndarray:
@@ -157,6 +167,17 @@ def reveal_top_k(
     return revealed.reshape(tokens.shape)
 
 
+def cell_scores(cond_logits: np.ndarray, uncond_logits: np.ndarray, settings: GenerationSettings,
+                noise: NoiseSource, mask_id: int = AUDIO_MASK_ID) -> CellScores:
+    """One item's target logits [8, T, V] (both rows) -> its predicted token and score per cell.
+
+    The numpy reference of the cell-scoring graphs; draws come in upstream's order (class, then position)."""
+    log_probs = guided_log_probs(cond_logits, uncond_logits, settings.guidance_scale, mask_id)
+    predicted = predict_tokens(log_probs, settings.class_temperature, noise)
+    scores = score_cells(log_probs, settings.layer_penalty_factor, settings.position_temperature, noise)
+    return predicted, scores
+
+
 def step(
     tokens: np.ndarray,
     cond_logits: np.ndarray,
@@ -167,42 +188,61 @@ def step(
     mask_id: int = AUDIO_MASK_ID,
 ) -> np.ndarray:
     """One decoding step for one item: its target logits [8, T, V] (both rows) -> its new tokens [8, T]."""
-    log_probs = guided_log_probs(cond_logits, uncond_logits, settings.guidance_scale, mask_id)
-    predicted = predict_tokens(log_probs, settings.class_temperature, noise)
-    scores = score_cells(log_probs, settings.layer_penalty_factor, settings.position_temperature, noise)
+    predicted, scores = cell_scores(cond_logits, uncond_logits, settings, noise, mask_id)
     return reveal_top_k(tokens, predicted, scores, reveal_count, mask_id)
+
+
+def numpy_scores(target_logits_fn: TargetLogitsFn, settings: GenerationSettings,
+                 mask_id: int = AUDIO_MASK_ID) -> ScoreFn:
+    """A ScoreFn that scores each item's target logits on the host, in numpy: the reference path."""
+
+    def score(input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int], noises: list) -> list:
+        logits = target_logits_fn(input_ids, batch, target_lens)
+        return [None if noise is None else cell_scores(cond, uncond, settings, noise, mask_id)
+                for (cond, uncond), noise in zip(logits, noises)]
+
+    return score
 
 
 def iterative_decode(
     batch: CfgBatch,
     target_lens: list[int],
-    target_logits_fn: TargetLogitsFn,
+    target_logits_fn: TargetLogitsFn | None,
     settings: GenerationSettings,
-    noise: NoiseSource | None = None,
+    noise: NoiseSource | Sequence[NoiseSource] | None = None,
     on_step: Callable[[int, int], None] | None = None,
     mask_id: int = AUDIO_MASK_ID,
+    score_fn: ScoreFn | None = None,
 ) -> list[np.ndarray]:
     """Run all `settings.num_steps` steps; returns each item's codes [8, target_len] (int64).
 
-    `batch` is not modified. `on_step(step, num_steps)` is called after each step.
+    The model scores cells through `score_fn` (the cell-scoring graph), or else through
+    `target_logits_fn` with the numpy maths. `noise` is one source shared in upstream's order
+    (per step, per item), or one per item, so that an item's codes do not depend on what else
+    shares its batch. `batch` is not modified. `on_step(step, num_steps)` is called after each step.
     """
-    noise = noise if noise is not None else RandomNoise()
-    input_ids = batch.input_ids.copy()
     num_items = len(target_lens)
+    noise = noise if noise is not None else RandomNoise()
+    noises = list(noise) if isinstance(noise, Sequence) else [noise] * num_items
+    if len(noises) != num_items:
+        raise ValueError(f"{len(noises)} noise sources for {num_items} items")
+    score_fn = score_fn if score_fn is not None else numpy_scores(target_logits_fn, settings, mask_id)
+    input_ids = batch.input_ids.copy()
     num_codebooks = input_ids.shape[1]
     schedules = [reveal_schedule(t, settings.num_steps, settings.t_shift, num_codebooks) for t in target_lens]
     tokens = [np.full((num_codebooks, t), mask_id, dtype=np.int64) for t in target_lens]
 
     for step_index in range(settings.num_steps):
-        item_logits = target_logits_fn(input_ids, batch, target_lens)
+        reveal_counts = [schedule[step_index] for schedule in schedules]
+        # An item with nothing to reveal draws no noise either, as upstream.
+        scored = score_fn(input_ids, batch, target_lens,
+                          [n if count > 0 else None for n, count in zip(noises, reveal_counts)])
         for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens)):
-            reveal_count = schedules[item][step_index]
-            if reveal_count <= 0:
-                continue  # no draws either, as upstream
-            target = slice(cond_len - target_len, cond_len)
-            cond_logits, uncond_logits = item_logits[item]
-            tokens[item] = step(tokens[item], cond_logits, uncond_logits, reveal_count, settings, noise, mask_id)
-            input_ids[item, :, target] = tokens[item]
+            if reveal_counts[item] <= 0:
+                continue
+            predicted, scores = scored[item]
+            tokens[item] = reveal_top_k(tokens[item], predicted, scores, reveal_counts[item], mask_id)
+            input_ids[item, :, cond_len - target_len:cond_len] = tokens[item]
             input_ids[num_items + item, :, :target_len] = tokens[item]
         if on_step is not None:
             on_step(step_index + 1, settings.num_steps)

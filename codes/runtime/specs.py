@@ -132,3 +132,29 @@ HIGGS_DECODER = SubModelSpec(
     outputs=(TensorSpec("waveform", "float32", ("batch", 1, "samples")),),
 )
 HIGGS_SPECS = (ACOUSTIC_ENCODER, SEMANTIC_ENCODER, QUANTIZER_ENCODER, HIGGS_DECODER)
+
+# The decoding step's maths as graphs (guidance, layer penalty, Gumbel noise, token and score per cell):
+# only tokens and scores come back to the host. The host draws each item's noise from that item's own
+# generator and passes it in. Settings are per item ([N]), so items with different settings share a call.
+_SCORING_INPUTS = (
+    # The heads' output as it is: the items' conditional rows, then their unconditional rows.
+    TensorSpec("logits", "float32", ("rows", NUM_CODEBOOKS, "target", AUDIO_VOCAB_SIZE)),
+    TensorSpec("position_uniform", "float32", ("items", NUM_CODEBOOKS, "target")),
+    TensorSpec("guidance_scale", "float32", ("items",)),
+    TensorSpec("layer_penalty_factor", "float32", ("items",)),
+    TensorSpec("position_temperature", "float32", ("items",)),
+)
+_SCORING_OUTPUTS = (
+    TensorSpec("tokens", "int64", ("items", NUM_CODEBOOKS, "target")),
+    TensorSpec("scores", "float32", ("items", NUM_CODEBOOKS, "target")),
+)
+# class_temperature 0 (upstream's default): tokens are the argmax.
+SCORING = SubModelSpec("cell_scoring", "cell_scoring.onnx", _SCORING_INPUTS, _SCORING_OUTPUTS)
+# class_temperature > 0: Gumbel sampling among the top 10% of the vocabulary, with its own noise.
+SCORING_SAMPLED = SubModelSpec(
+    "cell_scoring_sampled", "cell_scoring_sampled.onnx",
+    _SCORING_INPUTS + (TensorSpec("class_uniform", "float32", ("items", NUM_CODEBOOKS, "target", AUDIO_VOCAB_SIZE)),
+                       TensorSpec("class_temperature", "float32", ("items",))),
+    _SCORING_OUTPUTS,
+)
+SCORING_SPECS = (SCORING, SCORING_SAMPLED)

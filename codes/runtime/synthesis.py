@@ -11,12 +11,12 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from codes.runtime import audio as audio_ops
-from codes.runtime.decoding import NoiseSource, RandomNoise, iterative_decode
+from codes.runtime.decoding import NoiseSource, item_noises, iterative_decode
 from codes.runtime.duration import estimate_target_tokens, resolve_target_len
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
@@ -26,7 +26,7 @@ from codes.runtime.probe import CAUSAL_ADVICE
 from codes.runtime.sessions import make_session, open_backbone, providers_for, resolve_provider
 from codes.runtime.settings import GenerationSettings
 from codes.runtime import specs
-from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
+from codes.runtime.specs import AUDIO_VOCAB_SIZE, FRAME_RATE, NUM_CODEBOOKS, SAMPLE_RATE
 from codes.runtime.text import add_punctuation, chunk_long_text, contains_chinese
 from codes.runtime.text_tokenizer import TextTokenizer
 from codes.runtime.voice_design import resolve_instruct, resolve_language
@@ -76,10 +76,13 @@ class Request:
 
 class OmniVoiceOnnx:
     def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str | None = None,
-                 threads: int | None = None, profile_dir: Path | None = None, backbone: str | Path | None = None):
+                 threads: int | None = None, profile_dir: Path | None = None, backbone: str | Path | None = None,
+                 scoring: str = "graph"):
         """provider: cpu or cuda; None follows the build (a gpu build runs on CUDA where ONNX Runtime offers it).
 
         backbone: a backbone graph to use instead of the folder's (a bidirectional re-export, say).
+        scoring: "graph" scores cells with the build's cell-scoring graphs on the execution provider (builds
+        without them, such as published folders, score on the host); "numpy" is the host reference.
         profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.checks.bench reads it).
         """
         self.manifest = read_manifest(model_dir)
@@ -96,6 +99,11 @@ class OmniVoiceOnnx:
                                       self.provider, threads, profile_dir,
                                       probe=backbone is not None or self.manifest.attention != "bidirectional")
         self.heads = make_session(self.manifest.path_of(specs.HEADS.key), self.provider, threads, profile_dir)
+        if scoring not in ("graph", "numpy"):
+            raise UserError(f"scoring must be graph or numpy, got {scoring!r}")
+        self.scoring = "graph" if scoring == "graph" and self.manifest.data.get("scoring") else "numpy"
+        self._scoring_sessions: dict[str, object] = {}
+        self._profile_dir = profile_dir
         self.tokenizer = TextTokenizer.from_dir(self.manifest.folder)
         self.defaults = GenerationSettings()
         self._higgs_dir = Path(higgs_dir) if higgs_dir else None
@@ -138,8 +146,10 @@ class OmniVoiceOnnx:
             self._prompt = (batch, self.embed(batch.input_ids[rows], batch.audio_mask[rows]))
         return self._prompt[1]
 
-    def target_logits(self, input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int]):
-        """Each item's (cond, uncond) target logits, computing no more than the loop reads.
+    def target_window_logits(self, input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int],
+                             device: str | None = None):
+        """The heads' logits over the target windows: [2N, 8, T, V], the N items' conditional rows
+        then their unconditional rows (T: the longest target), computing no more than the loop reads.
 
         - Conditional and unconditional rows run as two calls, so unconditional rows are not
           padded to the conditional length; each row attends only within its own valid square,
@@ -147,6 +157,8 @@ class OmniVoiceOnnx:
         - The unconditional rows are the targets alone, and a target's cells are the same in
           both rows: one embeddings call on them serves both, and the prompt is embedded once.
         - The heads see only target positions.
+
+        device: leave the logits there as an OrtValue (I/O binding) instead of returning numpy.
         """
         num_items, longest = len(target_lens), max(target_lens)
         cond_rows, uncond_rows = slice(0, num_items), slice(num_items, 2 * num_items)
@@ -161,8 +173,72 @@ class OmniVoiceOnnx:
         for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens)):
             windows[item, :target_len] = cond_hidden[item, cond_len - target_len:cond_len]
         windows[num_items:] = uncond_hidden
-        logits = self._timed("heads", self.heads.run, None, {"hidden_states": windows})[0]
+        if device is None:
+            return self._timed("heads", self.heads.run, None, {specs.HEADS.input_names[0]: windows})[0]
+        binding = self.heads.io_binding()
+        binding.bind_cpu_input(specs.HEADS.input_names[0], windows)
+        binding.bind_output(specs.HEADS.output_names[0], device)
+        self._timed("heads", self.heads.run_with_iobinding, binding)
+        return binding.get_outputs()[0]
+
+    def target_logits(self, input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int]):
+        """Each item's (cond, uncond) target logits, [8, T_i, V] each, on the host."""
+        logits = self.target_window_logits(input_ids, batch, target_lens)
+        num_items = len(target_lens)
         return [(logits[item, :, :t], logits[num_items + item, :, :t]) for item, t in enumerate(target_lens)]
+
+    def graph_scores(self, settings: GenerationSettings):
+        """A ScoreFn on the cell-scoring graph: the logits stay on the provider's device (I/O binding),
+        only each cell's token and score come back. Each item's noise is drawn here, on the host,
+        from its own source, in the numpy path's order (class, then position), and passed in."""
+        sampled = settings.class_temperature > 0
+        spec = specs.SCORING_SAMPLED if sampled else specs.SCORING
+        device = "cuda" if self.provider == "cuda" else "cpu"
+
+        def score(input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int], noises: list) -> list:
+            num_items, longest = len(target_lens), max(target_lens)
+            logits = self.target_window_logits(input_ids, batch, target_lens, device)
+            start = time.perf_counter()
+            feeds = {"position_uniform": np.zeros((num_items, NUM_CODEBOOKS, longest), np.float32)}
+            if sampled:
+                feeds["class_uniform"] = np.zeros((num_items, NUM_CODEBOOKS, longest, AUDIO_VOCAB_SIZE), np.float32)
+            for item, (noise, target_len) in enumerate(zip(noises, target_lens)):
+                if noise is None:
+                    continue
+                if sampled:
+                    feeds["class_uniform"][item, :, :target_len] = noise.uniform((NUM_CODEBOOKS, target_len, AUDIO_VOCAB_SIZE))
+                if settings.position_temperature > 0:
+                    feeds["position_uniform"][item, :, :target_len] = noise.uniform((NUM_CODEBOOKS, target_len))
+            for name in ("guidance_scale", "layer_penalty_factor", "position_temperature") + (("class_temperature",) if sampled else ()):
+                feeds[name] = np.full(num_items, getattr(settings, name), np.float32)
+            self.timings["noise"] += time.perf_counter() - start
+            session = self._scoring_session(spec)
+            binding = session.io_binding()
+            binding.bind_ortvalue_input(spec.input_names[0], logits)
+            for name, value in feeds.items():
+                binding.bind_cpu_input(name, value)
+            for name in spec.output_names:
+                binding.bind_output(name, "cpu")
+            self._timed("scoring", session.run_with_iobinding, binding)
+            tokens, scores = (value.numpy() for value in binding.get_outputs())
+            return [None if noise is None else (tokens[item, :, :t], scores[item, :, :t])
+                    for item, (noise, t) in enumerate(zip(noises, target_lens))]
+
+        return score
+
+    def sessions(self) -> dict:
+        """The model graphs' sessions by graph key (the cell-scoring ones once used)."""
+        return {specs.EMBEDDINGS.key: self.embeddings, specs.BACKBONE.key: self.backbone.session,
+                specs.HEADS.key: self.heads, **self._scoring_sessions}
+
+    def _scoring_session(self, spec):
+        if spec.key not in self._scoring_sessions:
+            entry = self.manifest.data["scoring"].get(spec.key)
+            if entry is None:
+                raise UserError(f"{self.manifest.folder} has no {spec.key} graph; rebuild it with optimize.py")
+            self._scoring_sessions[spec.key] = make_session(self.manifest.folder / entry["filename"], self.provider,
+                                                            self.threads, self._profile_dir)
+        return self._scoring_sessions[spec.key]
 
     # --- voices ----------------------------------------------------------------------------------
 
@@ -211,20 +287,27 @@ class OmniVoiceOnnx:
         return requests
 
     def generate_codes(self, requests: list[Request], settings: GenerationSettings,
-                       noise: NoiseSource | None = None,
+                       noise: NoiseSource | Sequence[NoiseSource] | None = None,
                        on_step: Callable[[int, int], None] | None = None) -> list[list[np.ndarray]]:
-        """Codes for each request: a list of [8, T] chunks (one unless the text is long)."""
-        noise = noise if noise is not None else RandomNoise()
+        """Codes for each request: a list of [8, T] chunks (one unless the text is long).
+
+        noise: one source per request (each request's codes then depend on nothing else in the batch),
+        or one source shared in upstream's draw order; None: a fresh source per request."""
+        if noise is None:
+            noises = item_noises(None, len(requests))
+        else:
+            noises = list(noise) if isinstance(noise, Sequence) else [noise] * len(requests)
         threshold = int(settings.audio_chunk_threshold * FRAME_RATE)
         results: list[list[np.ndarray] | None] = [None] * len(requests)
         short = [i for i, r in enumerate(requests) if r.target_len <= threshold]
         long = [i for i, r in enumerate(requests) if r.target_len > threshold]
         if short:
-            codes = self._decode_batch([requests[i] for i in short], settings, noise, on_step)
+            codes = self._decode_batch([requests[i] for i in short], settings, [noises[i] for i in short], on_step)
             for i, item_codes in zip(short, codes):
                 results[i] = [item_codes]
         if long:
-            for i, chunks in zip(long, self._decode_chunked([requests[i] for i in long], settings, noise, on_step)):
+            chunked = self._decode_chunked([requests[i] for i in long], settings, [noises[i] for i in long], on_step)
+            for i, chunks in zip(long, chunked):
                 results[i] = chunks
         return results
 
@@ -240,9 +323,10 @@ class OmniVoiceOnnx:
         target_lens = [r.target_len for r in requests]
         batch = build_cfg_batch(items, target_lens)
         self.timings["prompt"] += time.perf_counter() - start
-        return iterative_decode(batch, target_lens, self.target_logits, settings, noise, on_step)
+        score_fn = self.graph_scores(settings) if self.scoring == "graph" else None
+        return iterative_decode(batch, target_lens, self.target_logits, settings, noise, on_step, score_fn=score_fn)
 
-    def _decode_chunked(self, requests: list[Request], settings, noise, on_step) -> list[list[np.ndarray]]:
+    def _decode_chunked(self, requests: list[Request], settings, noises, on_step) -> list[list[np.ndarray]]:
         """Upstream's `_generate_chunked`: chunks at punctuation, batched across items per chunk index.
 
         Without a voice, every later chunk uses the item's first chunk (text and codes) as its
@@ -264,7 +348,7 @@ class OmniVoiceOnnx:
                 target_len = estimate_target_tokens(text, voice.text if voice else None,
                                                     voice.codes.shape[1] if voice else None, requests[i].speed)
                 sub.append(Request(text, requests[i].lang, requests[i].instruct, voice, target_len, requests[i].speed))
-            for i, codes in zip(indices, self._decode_batch(sub, settings, noise, on_step)):
+            for i, codes in zip(indices, self._decode_batch(sub, settings, [noises[i] for i in indices], on_step)):
                 results[i].append(codes)
                 if chunk_index == 0 and requests[i].voice is None:
                     # rms None: the first chunk's loudness is not a reference level.
@@ -277,8 +361,8 @@ class OmniVoiceOnnx:
         wav = audio_ops.cross_fade_chunks(pieces, SAMPLE_RATE)
         return self._timed("post-processing", audio_ops.post_process, wav, ref_rms, settings, SAMPLE_RATE).astype(np.float32)
 
-    def synthesize(self, requests: list[Request], settings: GenerationSettings, noise: NoiseSource | None = None,
-                   on_step=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def synthesize(self, requests: list[Request], settings: GenerationSettings,
+                   noise: NoiseSource | Sequence[NoiseSource] | None = None, on_step=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Audio (float32, 24 kHz) and codes [8, T] for each settled request."""
         chunked = self.generate_codes(requests, settings, noise, on_step)
         audios = [self.decode(chunks, request.voice.rms if request.voice else None, settings)
@@ -292,13 +376,15 @@ class OmniVoiceOnnx:
 
         Settings (num_steps, guidance_scale, t_shift, layer_penalty_factor, position_temperature,
         class_temperature, denoise, postprocess_output, ...) default to GenerationSettings().
-        With return_codes, returns (audio, codes) where codes are [8, T] per item.
+        With return_codes, returns (audio, codes) where codes are [8, T] per item. Item i of a seeded
+        batch draws its noise from seed + i, so it sounds as it would alone with that seed.
         """
         settings = self.defaults.replace(**settings_overrides)
         if voice is None and ref_audio is not None:
             voice = self.create_voice(ref_audio, ref_text, settings.preprocess_prompt)
         requests = self.settle(text, language, instruct, voice, duration, speed, num_frames)
-        audios, codes = self.synthesize(requests, settings, noise if noise is not None else RandomNoise(seed), on_step)
+        noise = noise if noise is not None else item_noises(seed, len(requests))
+        audios, codes = self.synthesize(requests, settings, noise, on_step)
         single = isinstance(text, str)
         out_audio = audios[0] if single else audios
         if return_codes:
