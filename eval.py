@@ -44,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     rtf.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every engine (default: all)")
     rtf.add_argument("--no-memory", action="store_true", help="skip the per-build peak-memory runs")
     rtf.add_argument("--no-profile", action="store_true", help="skip the per-op profile of the first build's step")
+    rtf.add_argument("--step-batches", type=int, nargs="*", default=[],
+                     help="also time one decoding step of the first build at these batch sizes, cells scored "
+                          "in numpy and by the graph (s/step and the host's share)")
     rtf.add_argument("--out", type=Path, default=Path("bench/results"), help="writes OUT.md and OUT.json")
     return parser.parse_args(argv)
 
@@ -78,7 +81,7 @@ def rtf(args) -> int:
         model_dirs=[args.model_dir, *args.compare], torch_checkpoint=torch_ckpt, torch_dtypes=args.torch_dtype,
         higgs_dir=args.higgs_dir, backbone=args.backbone, provider=args.provider,
         workload=args.workload, num_steps=args.num_steps, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
-        memory=not args.no_memory, profile=not args.no_profile, out=args.out, command="python eval.py " + " ".join(sys.argv[1:]),
+        memory=not args.no_memory, profile=not args.no_profile, step_batches=args.step_batches, out=args.out, command="python eval.py " + " ".join(sys.argv[1:]),
     )
     report = benchmark(request, log=lambda line: print(line, file=sys.stderr))
     print(markdown(report))

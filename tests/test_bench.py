@@ -13,7 +13,7 @@ def test_rtf_benchmark_writes_side_by_side_results(builds, tmp_path):
     out = tmp_path / "bench" / "results"
     result = run_script("eval.py", "--mode", "rtf", "--model_dir", int4, "--compare", fp32,
                         "--torch", "tiny-random", "--torch-dtype", "fp32", "--workload", "smoke",
-                        "--repeats", "1", "--warmup", "0", "--threads", "2", "--out", out)
+                        "--repeats", "1", "--warmup", "0", "--threads", "2", "--step-batches", "1", "2", "--out", out)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.with_suffix(".json").read_text())
     engines = set(report["results"])
@@ -37,3 +37,9 @@ def test_rtf_benchmark_writes_side_by_side_results(builds, tmp_path):
     markdown = out.with_suffix(".md").read_text()
     assert "Where a decoding step goes" in markdown
     assert "step × vs torch fp32" in markdown and "Token agreement" in markdown and report["machine"]["cpu"] in markdown
+    # One step at each batch size, cells scored in numpy and by the graph, with the host's share.
+    split = report["step_split"]["rows"]
+    assert [(row["batch"], row["scoring"]) for row in split] == [(1, "numpy"), (1, "graph"), (2, "numpy"), (2, "graph")]
+    assert all(row["step_s"] > 0 and 0 <= row["host_share"] <= 1 for row in split)
+    assert all(row["graphs_s"]["scoring"] > 0 for row in split if row["scoring"] == "graph")
+    assert "One decoding step by batch size" in markdown

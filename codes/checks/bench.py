@@ -322,6 +322,16 @@ def markdown(report: dict) -> str:
                   for r in shown]
         rest = total - sum(r["s_per_step"] for r in shown)
         lines += [f"| (other ops) | | {rest:.3f} | {100 * rest / total:.1f}% |", ""]
+    if report.get("step_split"):
+        split = report["step_split"]
+        lines += [f"## One decoding step by batch size: {split['model']}, {split['case']}", "",
+                  "Cells scored on the host in numpy (the reference) or by the cell-scoring graph; the host's share "
+                  "is the step's time outside ONNX Runtime graphs.", "",
+                  "| batch | scoring | s/step | host share | backbone s | heads s | scoring graph s |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['batch']} | {r['scoring']} | {r['step_s']:.3f} | {100 * r['host_share']:.0f}% | "
+                  f"{r['graphs_s'].get('backbone', 0):.3f} | {r['graphs_s'].get('heads', 0):.3f} | "
+                  f"{r['graphs_s'].get('scoring', 0):.3f} |" for r in split["rows"]] + [""]
     if report.get("agreement"):
         lines += [f"## Token agreement with {report['reference']}", "", "| engine | " + " | ".join(cases) + " |",
                   "|---|" + "---|" * len(cases)]
@@ -329,6 +339,34 @@ def markdown(report: dict) -> str:
             lines.append(f"| {name} | " + " | ".join(f"{100 * per_case.get(c, float('nan')):.1f}%" for c in cases) + " |")
         lines.append("")
     return "\n".join(lines)
+
+
+# Time spent inside ONNX Runtime graphs; the rest of a step is the host's (numpy, copies, Python).
+GRAPH_STAGES = ("embeddings", "backbone", "heads", "scoring")
+
+
+def step_split(model_dir: Path, case: Case, batch: int, scoring: str, threads: int, provider: str | None = None,
+               backbone: Path | None = None, steps: int = 2) -> dict:
+    """Seconds per decoding step, and the host's share of it, for `batch` copies of `case`'s first
+    utterance decoded together, with the cells scored by the graph or by numpy. The first step
+    (prompt embedding, allocator growth) is left out."""
+    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.synthesis import OmniVoiceOnnx
+
+    tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads, backbone=backbone, scoring=scoring)
+    requests = tts.settle([case.texts[0]] * batch, duration=[case.seconds[0]] * batch)
+    marks = {}
+
+    def on_step(step: int, total: int) -> None:
+        if step in (1, total):
+            marks[step] = (time.perf_counter(), dict(tts.timings))
+
+    tts.generate_codes(requests, GenerationSettings(num_steps=steps + 1), on_step=on_step)
+    (start, before), (end, after) = marks[1], marks[steps + 1]
+    step_s = (end - start) / steps
+    graphs_s = {k: (after.get(k, 0.0) - before.get(k, 0.0)) / steps for k in GRAPH_STAGES if k in after}
+    return {"batch": batch, "scoring": tts.scoring, "step_s": step_s,
+            "host_share": max(0.0, 1 - sum(graphs_s.values()) / step_s), "graphs_s": graphs_s}
 
 
 def write_report(report: dict, out: Path) -> tuple[Path, Path]:
@@ -359,6 +397,7 @@ class BenchRequest:
     threads: int = 2
     memory: bool = True
     profile: bool = True  # the per-op profile of one step of the first build
+    step_batches: list[int] = field(default_factory=list)  # s/step and host share at these batch sizes
     out: Path = Path("bench/results")
     command: str = ""
 
@@ -383,6 +422,15 @@ def benchmark(request: BenchRequest, log=print) -> dict:
         report["step_profile"] = {"model": main.name, **step_profile(
             main.model_dir, workload_cases(request.workload)[0], request.threads, request.provider,
             backbone=main.backbone)}
+    if request.step_batches:
+        main = next(e for e in engines if e.kind == "onnx")
+        case = workload_cases(request.workload)[0]
+        report["step_split"] = {"model": main.name, "case": case.name, "rows": [
+            step_split(main.model_dir, case, batch, scoring, request.threads, request.provider, main.backbone)
+            for batch in request.step_batches for scoring in ("numpy", "graph")]}
+        for row in report["step_split"]["rows"]:
+            log(f"  step split: batch {row['batch']}, {row['scoring']}: {row['step_s']:.3f} s/step, "
+                f"host {100 * row['host_share']:.0f}%")
     if request.memory:
         report["memory_mb"] = {e.name: peak_memory_mb(e.model_dir, request.threads, request.workload, e.higgs_dir,
                                                       e.backbone)

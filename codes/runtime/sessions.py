@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 
 from codes.common.errors import UserError
-from codes.runtime.probe import CAUSAL_ADVICE
+from codes.runtime.probe import CAUSAL_ADVICE, probe_bidirectional
 
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
 ORT_TO_NUMPY = {
@@ -109,8 +109,6 @@ def open_backbone(path: Path, provider: str = "cpu", threads: int | None = None,
                   probe: bool = False) -> BackboneRunner:
     """The backbone graph at `path`, refused in one line if it is causal. `probe`: also run the
     bidirectionality probe (a few positions, milliseconds), for graphs no build of ours vouches for."""
-    from codes.runtime.probe import probe_bidirectional
-
     if not Path(path).is_file():
         raise UserError(f"backbone graph {path} does not exist; pass an .onnx file with --backbone")
     runner = BackboneRunner(make_session(Path(path), provider, threads, profile_dir), name=str(path))
