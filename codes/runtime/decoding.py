@@ -192,14 +192,20 @@ def step(
     return reveal_top_k(tokens, predicted, scores, reveal_count, mask_id)
 
 
-def numpy_scores(target_logits_fn: TargetLogitsFn, settings: GenerationSettings,
+def per_item(settings: GenerationSettings | Sequence[GenerationSettings], count: int) -> list[GenerationSettings]:
+    """One settings object per item: the same for all, or each item's own."""
+    return list(settings) if isinstance(settings, Sequence) else [settings] * count
+
+
+def numpy_scores(target_logits_fn: TargetLogitsFn, settings: GenerationSettings | Sequence[GenerationSettings],
                  mask_id: int = AUDIO_MASK_ID) -> ScoreFn:
     """A ScoreFn that scores each item's target logits on the host, in numpy: the reference path."""
 
     def score(input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int], noises: list) -> list:
         logits = target_logits_fn(input_ids, batch, target_lens)
-        return [None if noise is None else cell_scores(cond, uncond, settings, noise, mask_id)
-                for (cond, uncond), noise in zip(logits, noises)]
+        return [None if noise is None else cell_scores(cond, uncond, item_settings, noise, mask_id)
+                for (cond, uncond), noise, item_settings
+                in zip(logits, noises, per_item(settings, len(target_lens)))]
 
     return score
 

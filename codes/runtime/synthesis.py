@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from codes.runtime import audio as audio_ops
-from codes.runtime.decoding import NoiseSource, item_noises, iterative_decode
+from codes.runtime.decoding import NoiseSource, ScoreFn, item_noises, iterative_decode, numpy_scores, per_item
 from codes.runtime.duration import estimate_target_tokens, resolve_target_len
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
@@ -187,30 +187,38 @@ class OmniVoiceOnnx:
         num_items = len(target_lens)
         return [(logits[item, :, :t], logits[num_items + item, :, :t]) for item, t in enumerate(target_lens)]
 
-    def graph_scores(self, settings: GenerationSettings):
+    def score_fn(self, settings: GenerationSettings | Sequence[GenerationSettings]) -> ScoreFn:
+        """How cells are scored under `settings` (one for all items, or one per item): the build's
+        cell-scoring graph, or the numpy reference."""
+        if self.scoring == "graph":
+            return self.graph_scores(settings)
+        return numpy_scores(self.target_logits, settings)
+
+    def graph_scores(self, settings: GenerationSettings | Sequence[GenerationSettings]) -> ScoreFn:
         """A ScoreFn on the cell-scoring graph: the logits stay on the provider's device (I/O binding),
         only each cell's token and score come back. Each item's noise is drawn here, on the host,
         from its own source, in the numpy path's order (class, then position), and passed in."""
-        sampled = settings.class_temperature > 0
-        spec = specs.SCORING_SAMPLED if sampled else specs.SCORING
         device = "cuda" if self.provider == "cuda" else "cpu"
 
         def score(input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int], noises: list) -> list:
             num_items, longest = len(target_lens), max(target_lens)
+            item_settings = per_item(settings, num_items)
+            sampled = any(s.class_temperature > 0 for s in item_settings)
+            spec = specs.SCORING_SAMPLED if sampled else specs.SCORING
             logits = self.target_window_logits(input_ids, batch, target_lens, device)
             start = time.perf_counter()
             feeds = {"position_uniform": np.zeros((num_items, NUM_CODEBOOKS, longest), np.float32)}
             if sampled:
                 feeds["class_uniform"] = np.zeros((num_items, NUM_CODEBOOKS, longest, AUDIO_VOCAB_SIZE), np.float32)
-            for item, (noise, target_len) in enumerate(zip(noises, target_lens)):
+            for item, (noise, target_len, s) in enumerate(zip(noises, target_lens, item_settings)):
                 if noise is None:
                     continue
-                if sampled:
+                if s.class_temperature > 0:
                     feeds["class_uniform"][item, :, :target_len] = noise.uniform((NUM_CODEBOOKS, target_len, AUDIO_VOCAB_SIZE))
-                if settings.position_temperature > 0:
+                if s.position_temperature > 0:
                     feeds["position_uniform"][item, :, :target_len] = noise.uniform((NUM_CODEBOOKS, target_len))
             for name in ("guidance_scale", "layer_penalty_factor", "position_temperature") + (("class_temperature",) if sampled else ()):
-                feeds[name] = np.full(num_items, getattr(settings, name), np.float32)
+                feeds[name] = np.array([getattr(s, name) for s in item_settings], np.float32)
             self.timings["noise"] += time.perf_counter() - start
             session = self._scoring_session(spec)
             binding = session.io_binding()
@@ -323,8 +331,7 @@ class OmniVoiceOnnx:
         target_lens = [r.target_len for r in requests]
         batch = build_cfg_batch(items, target_lens)
         self.timings["prompt"] += time.perf_counter() - start
-        score_fn = self.graph_scores(settings) if self.scoring == "graph" else None
-        return iterative_decode(batch, target_lens, self.target_logits, settings, noise, on_step, score_fn=score_fn)
+        return iterative_decode(batch, target_lens, None, settings, noise, on_step, score_fn=self.score_fn(settings))
 
     def _decode_chunked(self, requests: list[Request], settings, noises, on_step) -> list[list[np.ndarray]]:
         """Upstream's `_generate_chunked`: chunks at punctuation, batched across items per chunk index.

@@ -1,0 +1,95 @@
+"""Step-level batching: items join and leave between decoding steps, and none depends on another."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import CancelledError
+
+import numpy as np
+import pytest
+
+from codes.runtime.decoding import RandomNoise
+from codes.runtime.engine import QueueFull, StepEngine
+from codes.runtime.settings import GenerationSettings
+from codes.runtime.synthesis import OmniVoiceOnnx
+from synthesis_inputs import FP32_BUILD
+
+TEXTS = [("Hello there, how are you today?", "en", None),
+         ("A second sentence, with a designed voice.", None, "female, low pitch"),
+         ("Short.", "en", None)]
+SETTINGS = GenerationSettings(num_steps=8)  # position noise on: each item's own generator matters
+
+
+@pytest.fixture(scope="module")
+def tts(builds):
+    return OmniVoiceOnnx(builds.get(*FP32_BUILD), threads=1)
+
+
+def solo_codes(tts, text, lang, instruct, seed):
+    request = tts.settle(text, lang, instruct)[0]
+    return tts.generate_codes([request], SETTINGS, RandomNoise(seed))[0][0]
+
+
+def submit(engine, tts, text, lang, instruct, seed):
+    return engine.submit(tts.settle(text, lang, instruct)[0], SETTINGS, RandomNoise(seed))
+
+
+def wait_for_steps(item, steps: int, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while item.step_index < steps and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+def test_items_that_share_steps_give_their_solo_codes(tts):
+    engine = StepEngine(tts, max_batch=8)
+    engine.start()
+    try:
+        first = submit(engine, tts, *TEXTS[0], seed=1)
+        wait_for_steps(first, 2)  # the others join a running batch, mid-flight
+        others = [submit(engine, tts, *TEXTS[i], seed=i + 1) for i in (1, 2)]
+        items = [first, *others]
+        results = [item.future.result(timeout=120) for item in items]
+    finally:
+        engine.stop()
+    for i, (codes, item) in enumerate(zip(results, items)):
+        np.testing.assert_array_equal(codes, solo_codes(tts, *TEXTS[i], seed=i + 1))
+        assert item.started_at >= item.queued_at and item.finished_at > item.started_at
+    assert first.max_shared >= 2 and max(item.max_shared for item in items) == 3
+    assert first.started_at < others[0].started_at  # they joined while it ran
+
+
+def test_max_batch_one_runs_items_one_after_another(tts):
+    engine = StepEngine(tts, max_batch=1)
+    engine.start()
+    try:
+        items = [submit(engine, tts, *TEXTS[i], seed=7) for i in (0, 2)]
+        results = [item.future.result(timeout=120) for item in items]
+    finally:
+        engine.stop()
+    assert [item.max_shared for item in items] == [1, 1]
+    assert items[1].started_at >= items[0].finished_at
+    np.testing.assert_array_equal(results[1], solo_codes(tts, *TEXTS[2], seed=7))
+
+
+def test_a_cancelled_item_leaves_and_the_rest_finish(tts):
+    engine = StepEngine(tts, max_batch=8)
+    engine.start()
+    try:
+        leaving = submit(engine, tts, *TEXTS[0], seed=3)
+        staying = submit(engine, tts, *TEXTS[1], seed=4)
+        wait_for_steps(leaving, 1)
+        engine.cancel(leaving)
+        with pytest.raises(CancelledError):
+            leaving.future.result(timeout=120)
+        np.testing.assert_array_equal(staying.future.result(timeout=120), solo_codes(tts, *TEXTS[1], seed=4))
+        assert leaving.step_index < SETTINGS.num_steps
+    finally:
+        engine.stop()
+
+
+def test_a_full_queue_refuses_more_work(tts):
+    engine = StepEngine(tts, max_batch=1, max_queue=2)  # not started: nothing leaves the queue
+    submit(engine, tts, *TEXTS[2], seed=0)
+    submit(engine, tts, *TEXTS[2], seed=1)
+    with pytest.raises(QueueFull, match="busy"):
+        submit(engine, tts, *TEXTS[2], seed=2)
