@@ -13,6 +13,7 @@ ALLOWED = {
     "runtime": {"runtime", "common"},
     "export": {"export", "runtime", "common"},
     "checks": {"checks", "export", "runtime", "common"},
+    "corpus": {"corpus", "runtime", "common"},
 }
 
 

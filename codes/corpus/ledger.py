@@ -1,0 +1,177 @@
+"""What OUT_DIR holds and why: the ledger a rerun trusts, and the results table people read.
+
+OUT_DIR/
+  audio/<id>.<format>     written by the actors, atomically (a hidden temporary name, then a rename)
+  results.parquet         one record per input row of the last run (results.jsonl: the same, for people)
+  .results/ledger.jsonl   one record per audio file this command has claimed or written; appended
+                          and fsynced after every batch, so a killed run keeps what it finished
+  .results/lock           held while a run uses OUT_DIR
+
+A file under audio/ is this command's only if the ledger names it: a row is claimed ("pending")
+before any actor may write its file, so a run killed between the rename and the ledger line
+leaves a file the next run knows it may replace. Anything else in OUT_DIR is never touched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from codes.common.errors import UserError
+from codes.common.fileio import atomic_path
+
+RESULT_SCHEMA = pa.schema([
+    ("id", pa.string()),
+    ("row", pa.string()),  # where the row is in the input: "line 7", "row 7"
+    ("status", pa.string()),  # ok, error (the ledger also holds "pending")
+    ("error", pa.string()),
+    ("warning", pa.string()),
+    ("audio_path", pa.string()),  # relative to OUT_DIR
+    ("audio_seconds", pa.float64()),
+    ("synthesis_seconds", pa.float64()),
+    ("actor", pa.string()),  # host:pid of the actor that spoke it
+    ("seed", pa.int64()),  # inference.py --seed with the row's inputs gives the same audio
+    ("fingerprint", pa.string()),  # the row, settings, format and build the audio was made from
+    ("audio_bytes", pa.int64()),  # a file of another size is not the one written
+])
+COLUMNS = RESULT_SCHEMA.names
+WRITER_KEY, WRITER = b"writer", b"omnivoice-onnx corpus.py"
+STATE_DIR, LEDGER, LOCK = ".results", "ledger.jsonl", "lock"
+RESULTS_PARQUET, RESULTS_JSONL = "results.parquet", "results.jsonl"
+AUDIO_DIR = "audio"
+# atomic_path's temporary names: "." + final name + "." + mkstemp's 8 characters + suffix.
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.(?:wav|flac)$")
+
+
+def record(**values) -> dict:
+    """A full result record (every column present)."""
+    unknown = set(values) - set(COLUMNS)
+    assert not unknown, unknown
+    return {name: values.get(name) for name in COLUMNS}
+
+
+def check_output_dir(out_dir: Path) -> None:
+    """Fail before anything is written if OUT_DIR cannot be ours: a file in the way, or results we did not write."""
+    for path, what in ((out_dir, "--output"), (out_dir / AUDIO_DIR, "audio folder"),
+                       (out_dir / STATE_DIR, "state folder")):
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{what} {path} is a file, not a folder; choose another --output")
+    if not _is_ours(out_dir):
+        foreign = [name for name in (RESULTS_PARQUET, RESULTS_JSONL) if (out_dir / name).exists()]
+        if foreign:
+            raise UserError(f"{out_dir} holds {' and '.join(foreign)} that corpus.py did not write; "
+                            "move them or choose another --output")
+
+
+def _is_ours(out_dir: Path) -> bool:
+    if (out_dir / STATE_DIR / LEDGER).is_file():
+        return True
+    try:
+        metadata = pq.read_schema(out_dir / RESULTS_PARQUET).metadata or {}
+    except (OSError, pa.ArrowException):
+        return False
+    return metadata.get(WRITER_KEY) == WRITER
+
+
+class Ledger:
+    def __init__(self, out_dir: Path):
+        """Create OUT_DIR's folders, take its lock and load the ledger (call check_output_dir first)."""
+        self.out_dir = out_dir
+        self.audio_dir = out_dir / AUDIO_DIR
+        self.state_dir = out_dir / STATE_DIR
+        adopt_results = not (self.state_dir / LEDGER).is_file() and _is_ours(out_dir)
+        try:
+            self.audio_dir.mkdir(parents=True, exist_ok=True)
+            self.state_dir.mkdir(exist_ok=True)
+            self._lock = open(self.state_dir / LOCK, "a")
+        except OSError as exc:
+            raise UserError(f"cannot create {out_dir} ({exc.strerror}); choose another --output") from None
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise UserError(f"another corpus.py run is using {out_dir}; wait for it to finish "
+                            "or choose another --output") from None
+        self.entries: dict[str, dict] = {}  # audio_path -> its latest record
+        if adopt_results:  # the ledger was deleted; the last results table still says what is ours
+            self._take(pq.read_table(out_dir / RESULTS_PARQUET).to_pylist())
+        else:
+            self._take(_read_jsonl(self.state_dir / LEDGER))
+        self.compact()  # drops a line a killed run left half-written, before anything is appended
+        self._journal = open(self.state_dir / LEDGER, "a", encoding="utf-8")
+
+    def _take(self, records) -> None:
+        for item in records:
+            if isinstance(item, dict) and isinstance(item.get("audio_path"), str):
+                self.entries[item["audio_path"]] = record(**{k: item.get(k) for k in COLUMNS})
+
+    def owns(self, audio_path: str) -> bool:
+        return audio_path in self.entries
+
+    def is_done(self, audio_path: str, fingerprint: str) -> bool:
+        """The row's audio is complete and made from this very request: a rerun may skip it."""
+        entry = self.entries.get(audio_path)
+        if not entry or entry["status"] != "ok" or entry["fingerprint"] != fingerprint:
+            return False
+        try:
+            return os.path.getsize(self.out_dir / audio_path) == entry["audio_bytes"]
+        except OSError:
+            return False
+
+    def append(self, records: list[dict]) -> None:
+        """Records reach the disk before the next batch is taken: a kill loses at most the batches in flight."""
+        if not records:
+            return
+        self._take(records)
+        self._journal.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        self._journal.flush()
+        os.fsync(self._journal.fileno())
+
+    def compact(self) -> None:
+        with atomic_path(self.state_dir / LEDGER) as tmp:
+            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.entries.values()),
+                           encoding="utf-8")
+
+    def remove_temporaries(self) -> int:
+        """Delete hidden temporaries a killed run left beside files the ledger owns (never anything else)."""
+        removed = 0
+        with os.scandir(self.audio_dir) as found:
+            for item in found:
+                match = TEMPORARY.match(item.name)
+                if match and item.is_file(follow_symlinks=False) and self.owns(f"{AUDIO_DIR}/{match['name']}"):
+                    try:
+                        os.unlink(item.path)
+                        removed += 1
+                    except FileNotFoundError:  # its writer finished after all
+                        pass
+        return removed
+
+    def write_results(self, records: list[dict]) -> None:
+        table = pa.Table.from_pylist(records, schema=RESULT_SCHEMA.with_metadata({WRITER_KEY: WRITER}))
+        with atomic_path(self.out_dir / RESULTS_PARQUET) as tmp:
+            pq.write_table(table, tmp)
+        with atomic_path(self.out_dir / RESULTS_JSONL) as tmp:
+            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+
+    def close(self) -> None:
+        self._journal.close()
+        self.compact()
+        self._lock.close()  # releases the lock
+
+
+def _read_jsonl(path: Path) -> list:
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # the last line of a killed run
+            continue
+    return records
