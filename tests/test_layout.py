@@ -14,6 +14,7 @@ ALLOWED = {
     "export": {"export", "runtime", "common"},
     "checks": {"checks", "export", "runtime", "common"},
     "corpus": {"corpus", "runtime", "common"},
+    "serve": {"serve", "runtime", "common"},
 }
 
 

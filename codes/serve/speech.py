@@ -1,0 +1,176 @@
+"""One speech request as sentence work items on the step engine, audio out in order as each is ready.
+
+The text is split into sentences with the project's text rules; the first chunk is the first sentence
+alone, so the first audio comes early, and later chunks group sentences up to CHUNK_CHARS. Items are
+submitted in order of need: the sentence being waited for and the next LOOKAHEAD - 1, so a request's
+first sentence never shares its steps with its own later sentences beyond that, while the next one is
+being made as the current one plays. Every sentence clones the same voice prompt, and sentence i of a
+seeded request draws its noise from seed + i (a one-sentence request from the seed itself, as
+inference.py --seed does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from codes.common.errors import UserError
+from codes.runtime.decoding import RandomNoise
+from codes.runtime.duration import text_weight
+from codes.runtime.engine import QueueFull, StepEngine, WorkItem
+from codes.runtime.settings import GenerationSettings
+from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
+from codes.runtime.synthesis import OmniVoiceOnnx, Request, Voice
+from codes.runtime.text import split_sentences
+
+logger = logging.getLogger("omnivoice.serve")
+
+CHUNK_CHARS = 200  # later chunks: whole sentences up to this many characters
+LOOKAHEAD = 2  # sentences of one request in the engine at once
+QUEUE_RETRY_S = 0.05  # a later sentence that meets a full queue waits for room rather than failing
+
+
+def split_for_streaming(text: str, chunk_chars: int = CHUNK_CHARS) -> list[str]:
+    """The first sentence alone, then whole sentences grouped up to `chunk_chars` (a longer one stays whole)."""
+    sentences = [s for s in ("".join(chars).strip() for chars in split_sentences(text)) if s]
+    if not sentences:
+        return []
+    chunks = [sentences[0]]
+    current = ""
+    for sentence in sentences[1:]:
+        if current and len(current) + 1 + len(sentence) > chunk_chars:
+            chunks.append(current)
+            current = sentence
+        else:
+            current = f"{current} {sentence}" if current else sentence
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+class Synthesizer:
+    """The model, its step engine and the codec's decoding pool, shared by every request."""
+
+    def __init__(self, tts: OmniVoiceOnnx, max_batch: int, max_queue: int):
+        self.tts = tts
+        self.engine = StepEngine(tts, max_batch=max_batch, max_queue=max_queue)
+        # One codec worker: on a small CPU the decoder competes with the steps; it never blocks the loop.
+        self.decode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-codec")
+        self.outstanding: set[WorkItem] = set()  # submitted, not yet finished or cancelled
+
+    def start(self) -> None:
+        self.engine.start()
+
+    def stop(self) -> None:
+        self.engine.stop()
+        self.decode_pool.shutdown(wait=False, cancel_futures=True)
+
+    def submit(self, request: Request, settings: GenerationSettings, noise) -> WorkItem:
+        item = self.engine.submit(request, settings, noise)
+        self.outstanding.add(item)
+        item.future.add_done_callback(lambda _: self.outstanding.discard(item))
+        return item
+
+    def cancel(self, item: WorkItem) -> None:
+        if not item.future.done():
+            self.engine.cancel(item)
+
+    async def codes(self, item: WorkItem) -> np.ndarray:
+        return await asyncio.wrap_future(item.future)
+
+    async def decode(self, codes: np.ndarray, ref_rms, settings: GenerationSettings) -> np.ndarray:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.decode_pool, self.tts.decode, [codes], ref_rms, settings)
+
+
+@dataclass
+class SpeechJob:
+    """A request's sentences, their work items and what the request log line reports."""
+
+    synth: Synthesizer
+    requests: list[Request]
+    settings: GenerationSettings
+    seed: int | None
+    ref_rms: float | None
+    chars: int
+    received_at: float = field(default_factory=time.perf_counter)
+    items: list[WorkItem | None] = field(default_factory=list)
+    first_audio_at: float | None = None
+    audio_samples: int = 0
+    status: str = "ok"
+
+    def __post_init__(self):
+        self.items = [None] * len(self.requests)
+
+    def _submit(self, index: int) -> None:
+        noise = RandomNoise(None if self.seed is None else self.seed + index)
+        self.items[index] = self.synth.submit(self.requests[index], self.settings, noise)
+
+    def start(self) -> None:
+        """Submit the first sentences; QueueFull here is the request's 429, before any response."""
+        for index in range(min(LOOKAHEAD, len(self.requests))):
+            try:
+                self._submit(index)
+            except QueueFull:
+                if index == 0:
+                    raise
+                return  # the later sentence is submitted when it is needed
+
+    async def _ensure_submitted(self, index: int) -> None:
+        while self.items[index] is None:
+            try:
+                self._submit(index)
+            except QueueFull:
+                await asyncio.sleep(QUEUE_RETRY_S)
+
+    async def pieces(self):
+        """Each sentence's audio (float32, 24 kHz) in order, as soon as it is decoded."""
+        for index in range(len(self.requests)):
+            await self._ensure_submitted(index)
+            codes = await self.synth.codes(self.items[index])
+            for ahead in range(index + 1, min(index + LOOKAHEAD, len(self.requests))):
+                if self.items[ahead] is None:
+                    try:
+                        self._submit(ahead)
+                    except QueueFull:
+                        pass
+            wav = await self.synth.decode(codes, self.ref_rms, self.settings)
+            if self.first_audio_at is None:
+                self.first_audio_at = time.perf_counter()
+            self.audio_samples += len(wav)
+            yield wav
+
+    def cancel(self) -> None:
+        for item in self.items:
+            if item is not None:
+                self.synth.cancel(item)
+
+    def output_frames(self) -> int:
+        return int(round(self.audio_samples / SAMPLE_RATE * FRAME_RATE))
+
+    def log_line(self, request_id: int) -> str:
+        now = time.perf_counter()
+        started = [item for item in self.items if item is not None and item.started_at is not None]
+        queue_wait = (min(item.started_at for item in started) - self.received_at) if started else float("nan")
+        shared = max((item.max_shared for item in self.items if item is not None), default=0)
+        first = (self.first_audio_at - self.received_at) if self.first_audio_at else float("nan")
+        return (f"speech request={request_id} status={self.status} chars={self.chars} sentences={len(self.requests)} "
+                f"audio={self.audio_samples / SAMPLE_RATE:.2f}s queue_wait={queue_wait:.3f}s "
+                f"first_audio={first:.3f}s total={now - self.received_at:.3f}s max_batch_shared={shared}")
+
+
+def settle_sentences(tts: OmniVoiceOnnx, chunks: list[str], language, instruct, voice: Voice | None,
+                     duration: float | None, speed: float | None) -> list[Request]:
+    """Each chunk settled; an overall duration is shared among chunks by their spoken weight."""
+    durations: list[float | None] = [None] * len(chunks)
+    if duration is not None:
+        if not duration > 0:
+            raise UserError(f"duration must be > 0 seconds, got {duration}")
+        weights = [max(text_weight(chunk), 1e-6) for chunk in chunks]
+        durations = [duration * w / sum(weights) for w in weights]
+    return tts.settle(chunks, language, instruct, voice, durations, speed)

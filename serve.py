@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Serve an omnivoice-onnx build behind OpenAI's speech API, with sentence streaming and step-level batching.
+
+  python serve.py --model_dir models/omnivoice-cpu_int8 --port 8000
+  curl -s localhost:8000/v1/audio/speech -H 'Content-Type: application/json' \\
+       -d '{"model": "omnivoice", "input": "Hello there.", "voice": "alloy", "response_format": "wav"}' > hello.wav
+
+It prints one "ready" line once the model is loaded and the port is listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from codes.common.errors import UserError, run_cli
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_dir", type=Path, help="a build folder (default: models/omnivoice-cpu)")
+    p.add_argument("--higgs_dir", type=Path, help="a codec folder or a build holding one (default: the model's)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", dest="api_key", help="require 'Authorization: Bearer KEY' on /v1/ "
+                                                     "(default: $OMNIVOICE_API_KEY; none: open)")
+    p.add_argument("--voices_dir", type=Path, default=Path("voices"), help="saved voices (.npz), kept across restarts")
+    p.add_argument("--max-batch", dest="max_batch", type=int, default=8, help="rows that share a decoding step")
+    p.add_argument("--max-queue", dest="max_queue", type=int, default=64,
+                   help="sentences queued or running before new requests get 429")
+    p.add_argument("--max-input-chars", dest="max_input_chars", type=int, default=4096)
+    p.add_argument("--request-timeout", dest="request_timeout", type=float, default=300.0,
+                   help="seconds a request may wait for its first audio before 504")
+    p.add_argument("--provider", choices=("cpu", "cuda"), help="execution provider (default: the build's)")
+    p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import uvicorn
+
+    from codes.runtime.manifest import find_builds
+    from codes.serve.app import ServerConfig, ServerState, create_app
+    from codes.serve.voices import VoiceBook
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    for name, value in (("--max-batch", args.max_batch), ("--max-queue", args.max_queue),
+                        ("--max-input-chars", args.max_input_chars)):
+        if value < 1:
+            raise UserError(f"{name} must be >= 1, got {value}")
+    if not args.request_timeout > 0:
+        raise UserError(f"--request-timeout must be > 0 seconds, got {args.request_timeout}")
+    model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
+    try:
+        voices = VoiceBook(args.voices_dir)
+    except OSError as exc:
+        raise UserError(f"cannot use --voices_dir {args.voices_dir} ({exc.strerror}); choose another folder") from None
+    config = ServerConfig(args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY") or None,
+                          args.max_input_chars, args.request_timeout)
+    state = ServerState(config, voices)
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level="warning",
+                                           timeout_graceful_shutdown=2))
+    failure: list[BaseException] = []
+
+    def load():
+        from codes.runtime.synthesis import OmniVoiceOnnx
+        from codes.serve.speech import Synthesizer
+
+        start = time.perf_counter()
+        try:
+            tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads)
+            tts.codec.load_decoder()
+            synth = Synthesizer(tts, args.max_batch, args.max_queue)
+            synth.start()
+        except BaseException as exc:  # reported by the main thread, which stops the server
+            failure.append(exc)
+            server.should_exit = True
+            return
+        state.synth = synth
+        while not server.started and not server.should_exit:
+            time.sleep(0.05)
+        print(f"ready: http://{args.host}:{args.port} ({model_dir.name}, loaded in {time.perf_counter() - start:.1f} s)",
+              flush=True)
+
+    threading.Thread(target=load, name="omnivoice-load", daemon=True).start()
+    server.run()
+    if state.synth is not None:
+        state.synth.stop()
+    if failure:
+        raise failure[0]
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,298 @@
+"""serve.py as a user runs it: a real server on loopback with the tiny fp32 build, and the official openai client."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_script
+
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+RATE = 24000
+FAST = {"num_steps": 4}
+TWO_SENTENCES = "Hello there, this is the first sentence. And here comes a second one, a little longer."
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, build: Path, voices_dir: Path, log_path: Path, *extra: str, env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "serve.py"), "--model_dir", str(build), "--port", str(self.port),
+             "--voices_dir", str(voices_dir), *extra],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True, env={**os.environ, **(env or {})})
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve.py exited {self.proc.returncode}:\n{log_path.read_text()}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            if ready and self.proc.stdout.readline().startswith("ready: "):
+                return
+        self.stop()
+        raise AssertionError(f"serve.py printed no ready line:\n{log_path.read_text()}")
+
+    def client(self, key: str = "unused", **kwargs) -> "openai.OpenAI":
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **kwargs)
+
+    def log_lines(self, start: int = 0) -> list[str]:
+        self.log.flush()
+        return self.log_path.read_text().splitlines()[start:]
+
+    def request_lines(self, start: int = 0) -> list[dict]:
+        """The per-request log lines as dicts (key=value pairs)."""
+        return [dict(re.findall(r"(\w+)=(\S+)", line)) for line in self.log_lines(start) if " speech request=" in line]
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def build(builds):
+    return builds.get("cpu_fp32", "--include-higgs", "--higgs-precision", "fp32")
+
+
+@pytest.fixture(scope="module")
+def server(build, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve")
+    srv = Server(build, folder / "voices", folder / "server.log")
+    yield srv
+    srv.stop()
+
+
+def speak(srv: Server, text: str = TWO_SENTENCES, voice: str = "alloy", fmt: str = "pcm", **extra) -> bytes:
+    return srv.client().audio.speech.create(model="omnivoice", input=text, voice=voice, response_format=fmt,
+                                            extra_body={**FAST, **extra}).content
+
+
+def pcm_samples(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2")
+
+
+def decode(data: bytes, fmt: str) -> np.ndarray:
+    """Any response format back to float 24 kHz mono samples (a streamed FLAC has no length in its header,
+    which libsndfile needs, so FFmpeg reads it)."""
+    if fmt == "pcm":
+        return pcm_samples(data).astype(np.float32) / 32768
+    if fmt == "wav":
+        import soundfile
+
+        wav, rate = soundfile.read(io.BytesIO(data), dtype="float32")
+        assert rate == RATE
+        return wav
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=RATE)
+        frames = [f for packet in container.decode(audio=0) for f in resampler.resample(packet)]
+        frames += resampler.resample(None)
+    return np.concatenate([f.to_ndarray().reshape(-1) for f in frames])
+
+
+def test_speech_in_every_format_plain_and_streamed_decodes_to_the_same_audio(server):
+    reference = pcm_samples(speak(server, seed=3))
+    assert len(reference) > RATE  # two sentences of speech-length noise
+    client = server.client()
+    for fmt in ("mp3", "opus", "aac", "flac", "wav", "pcm"):
+        plain = client.audio.speech.create(model="tts-1", input=TWO_SENTENCES, voice="alloy", response_format=fmt,
+                                           extra_body={**FAST, "seed": 3})
+        with client.audio.speech.with_streaming_response.create(
+                model="omnivoice", input=TWO_SENTENCES, voice="alloy", response_format=fmt,
+                extra_body={**FAST, "seed": 3}) as response:
+            assert response.headers["x-accel-buffering"] == "no"
+            streamed = b"".join(response.iter_bytes())
+        audio = decode(plain.content, fmt)
+        if fmt == "opus":  # an Ogg stream's serial number is random; its audio is not
+            np.testing.assert_array_equal(decode(streamed, fmt), audio)
+        else:  # same seed, same bytes, however it is read
+            assert streamed == plain.content, fmt
+        if fmt in ("wav", "flac", "pcm"):  # lossless: the very samples
+            np.testing.assert_array_equal(np.round(audio * 32768).astype(np.int16), reference, err_msg=fmt)
+        else:  # encoder priming and padding add a few frames
+            assert abs(len(audio) - len(reference)) < 0.1 * RATE, (fmt, len(audio), len(reference))
+
+
+def test_sse_sends_base64_deltas_then_done_with_usage(server):
+    body = {"model": "omnivoice", "input": TWO_SENTENCES, "voice": "alloy", "response_format": "pcm",
+            "stream_format": "sse", "seed": 3, **FAST}
+    with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[len("data: "):]) for line in response.iter_lines() if line.startswith("data: ")]
+    assert [e["type"] for e in events[:-1]] == ["speech.audio.delta"] * (len(events) - 1) and len(events) >= 3
+    assert events[-1]["type"] == "speech.audio.done"
+    usage = events[-1]["usage"]
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"] and usage["output_tokens"] > 0
+    audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+    assert audio == speak(server, seed=3)
+
+
+def test_a_design_voice_is_pinned_once_and_sounds_the_same_in_every_request(server):
+    first = speak(server, voice="onyx", seed=11)
+    assert speak(server, voice="onyx", seed=11) == first
+    greedy = {"position_temperature": 0.0, "class_temperature": 0.0}
+    assert speak(server, voice="onyx", **greedy) == speak(server, voice="onyx", **greedy)  # no seed needed
+    pins = [line for line in server.log_lines() if "pinned voice design 'male, middle-aged, very low pitch" in line]
+    assert len(pins) == 1
+
+
+def test_voices_upload_use_delete_and_parity_with_inference(server, build, tmp_path):
+    clip = speak(server, text="A short clip to clone from.", voice="coral", fmt="wav", seed=1)
+    folder = Path(server.proc.args[server.proc.args.index("--voices_dir") + 1])
+    files = {"file": ("clip.wav", clip, "audio/wav")}
+    made = httpx.post(f"{server.url}/v1/audio/voices", data={"name": "../../My Voice!", "text": "A short clip."},
+                      files=files, timeout=60)
+    assert made.status_code == 200, made.text
+    vid = made.json()["id"]
+    assert vid == "my-voice" and (folder / "my-voice.npz").is_file()  # the name never leaves the folder
+    listed = httpx.get(f"{server.url}/v1/audio/voices").json()["voices"]
+    assert {"alloy", "my-voice"} <= {v["id"] for v in listed} and all("name" in v for v in listed)
+
+    text, seed = "Cloned speech from the saved voice.", 5
+    served = speak(server, text=text, voice=vid, fmt="wav", seed=seed)
+    out = tmp_path / "inference.wav"
+    run_script("inference.py", "--model_dir", build, "--voice", folder / "my-voice.npz", "--text", text,
+               "--seed", seed, "--num_steps", 4, "--output", out, "--quiet", check=True)
+    import soundfile
+
+    expected, _ = soundfile.read(out, dtype="int16")
+    got, _ = soundfile.read(io.BytesIO(served), dtype="int16")
+    np.testing.assert_array_equal(got, expected)
+
+    assert httpx.post(f"{server.url}/v1/audio/voices", data={"name": "junk", "text": "x"},
+                      files={"file": ("x.wav", b"not audio at all", "audio/wav")}).status_code == 400
+    assert httpx.delete(f"{server.url}/v1/audio/voices/{vid}").json() == {"id": vid, "deleted": True}
+    assert not (folder / "my-voice.npz").exists()
+    gone = httpx.delete(f"{server.url}/v1/audio/voices/{vid}")
+    assert gone.status_code == 404 and gone.json()["error"]["code"] == "voice_not_found"
+    with pytest.raises(openai.BadRequestError) as caught:
+        speak(server, voice=vid)
+    assert "known voices: alloy" in caught.value.message
+
+
+def test_concurrent_requests_are_all_correct_and_share_decoding_steps(server):
+    text = "Every client gets its own sentence, decoded together with the others at each step."
+    settings = {"num_steps": 24, "duration": 6.0}
+    alone = [speak(server, text=text, seed=seed, **settings) for seed in range(8)]
+    start = len(server.log_lines())
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda seed: speak(server, text=text, seed=seed, **settings), range(8)))
+    assert together == alone  # sharing steps changes nothing
+    lines = server.request_lines(start)
+    assert len(lines) == 8 and all(line["status"] == "ok" for line in lines)
+    shared = [int(line["max_batch_shared"]) for line in lines]
+    assert sum(s >= 2 for s in shared) >= 2, shared
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_slot(server):
+    text = " ".join(f"Sentence number {i} goes on for a while so that it takes some time." for i in range(12))
+    body = {"model": "omnivoice", "input": text, "voice": "alloy", "response_format": "pcm", "num_steps": 64}
+    start = len(server.log_lines())
+    with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        next(response.iter_raw())  # the first sentence's audio, then hang up
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lines = server.request_lines(start)
+        if lines and httpx.get(f"{server.url}/health").json()["outstanding_items"] == 0:
+            break
+        time.sleep(0.1)
+    assert lines and lines[0]["status"] == "disconnected", lines
+    assert httpx.get(f"{server.url}/health").json()["outstanding_items"] == 0
+
+
+@pytest.mark.parametrize("body, param, fragment", [
+    ({"input": "", "voice": "alloy"}, "input", "empty"),
+    ({"input": "x" * 4097, "voice": "alloy"}, "input", "limit is 4096"),
+    ({"input": "Hi.", "voice": "nobody"}, "voice", "known voices: alloy, ash"),
+    ({"input": "Hi.", "voice": "alloy", "response_format": "ogg"}, "response_format", "mp3, opus"),
+    ({"input": "Hi.", "voice": "alloy", "speed": 4.5}, "speed", "between 0.25 and 4.0"),
+    ({"input": "Hi.", "voice": "alloy", "num_steps": 0}, "num_steps", "between 1"),
+    ({"input": "Hi.", "voice": "alloy", "t_shift": -1}, "t_shift", "t_shift must be > 0"),
+    ({"input": "Hi.", "voice": "alloy", "num_step": 4}, "num_step", "unknown field"),
+    ({"input": "Hi.", "voice": "alloy", "instructions": "purple"}, None, "unsupported instruct items"),
+])
+def test_bad_requests_get_400_in_openais_envelope(server, body, param, fragment):
+    response = httpx.post(f"{server.url}/v1/audio/speech", json={"model": "omnivoice", **body}, timeout=30)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["type"] == "invalid_request_error"
+    assert error["param"] == param and fragment in error["message"]
+
+
+def test_unknown_routes_and_bodies_keep_the_envelope_and_the_server_alive(server):
+    assert httpx.get(f"{server.url}/v1/nothing").json()["error"]["code"] == "not_found"
+    bad = httpx.post(f"{server.url}/v1/audio/speech", content=b"{not json", headers={"content-type": "application/json"})
+    assert bad.status_code == 400 and "JSON" in bad.json()["error"]["message"]
+    assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
+    assert {m.id for m in server.client().models.list()} >= {"omnivoice", "tts-1"}
+
+
+def test_key_queue_and_timeout_limits(build, tmp_path):
+    """401 without the key (from OMNIVOICE_API_KEY), 429 when the queue is full, 504 past the timeout."""
+    srv = Server(build, tmp_path / "voices", tmp_path / "server.log", "--max-queue", "1", "--request-timeout", "3",
+                 env={"OMNIVOICE_API_KEY": "sesame"})
+    try:
+        with pytest.raises(openai.AuthenticationError) as caught:
+            srv.client("wrong").models.list()
+        assert caught.value.status_code == 401 and caught.value.body["code"] == "invalid_api_key"
+        assert httpx.get(f"{srv.url}/health").status_code == 200  # health needs no key
+        client = srv.client("sesame")
+        assert client.models.list().data
+        speak_fast = client.audio.speech.create(model="omnivoice", input="Hi.", voice="alloy", response_format="pcm",
+                                                extra_body=FAST)
+        assert len(speak_fast.content) > 0  # pins alloy, so the slow requests below are the item itself
+
+        slow = {"num_steps": 128, "duration": 28.0}  # about 9 s on the tiny build
+        results = {}
+        holder = threading.Thread(target=lambda: results.setdefault("slow", _expect_error(
+            lambda: client.audio.speech.create(model="omnivoice", input="A long and slow sentence.", voice="alloy",
+                                               response_format="pcm", extra_body=slow))))
+        holder.start()
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{srv.url}/health").json()["outstanding_items"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with pytest.raises(openai.RateLimitError) as busy:
+            client.audio.speech.create(model="omnivoice", input="Hi.", voice="alloy", extra_body=FAST)
+        assert busy.value.status_code == 429 and busy.value.body["code"] == "rate_limit_exceeded"
+        holder.join(timeout=30)
+        assert results["slow"].status_code == 504 and results["slow"].body["code"] == "timeout"
+        deadline = time.monotonic() + 10
+        while httpx.get(f"{srv.url}/health").json()["outstanding_items"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert httpx.get(f"{srv.url}/health").json()["outstanding_items"] == 0  # the timed-out item was dropped
+    finally:
+        srv.stop()
+
+
+def _expect_error(call):
+    try:
+        call()
+    except openai.APIStatusError as exc:
+        return exc
+    raise AssertionError("the request succeeded")
