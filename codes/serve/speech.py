@@ -2,9 +2,10 @@
 
 The text is split into sentences with the project's text rules; the first chunk is the first sentence
 alone, so the first audio comes early, and later chunks group sentences up to CHUNK_CHARS. Items are
-submitted in order of need: the sentence being waited for and the next LOOKAHEAD - 1, so a request's
-first sentence never shares its steps with its own later sentences beyond that, while the next one is
-being made as the current one plays. Every sentence clones the same voice prompt, and sentence i of a
+submitted in order of need: a sentence's successor joins the engine when the sentence's codes are done,
+so it is made while the sentence is decoded and played, and a request's first sentence never shares
+its steps with its own later ones (on a CPU a step's cost grows with its rows: measured on the tiny
+build, submitting two at once took the first audio from 0.9 s to 2.5 s). Every sentence clones the same voice prompt, and sentence i of a
 seeded request draws its noise from seed + i (a one-sentence request from the seed itself, as
 inference.py --seed does).
 """
@@ -31,7 +32,7 @@ from codes.runtime.text import split_sentences
 logger = logging.getLogger("omnivoice.serve")
 
 CHUNK_CHARS = 200  # later chunks: whole sentences up to this many characters
-LOOKAHEAD = 2  # sentences of one request in the engine at once
+LOOKAHEAD = 1  # sentences submitted ahead once the current one's codes are done
 QUEUE_RETRY_S = 0.05  # a later sentence that meets a full queue waits for room rather than failing
 
 
@@ -113,13 +114,7 @@ class SpeechJob:
 
     def start(self) -> None:
         """Submit the first sentences; QueueFull here is the request's 429, before any response."""
-        for index in range(min(LOOKAHEAD, len(self.requests))):
-            try:
-                self._submit(index)
-            except QueueFull:
-                if index == 0:
-                    raise
-                return  # the later sentence is submitted when it is needed
+        self._submit(0)
 
     async def _ensure_submitted(self, index: int) -> None:
         while self.items[index] is None:
@@ -133,7 +128,7 @@ class SpeechJob:
         for index in range(len(self.requests)):
             await self._ensure_submitted(index)
             codes = await self.synth.codes(self.items[index])
-            for ahead in range(index + 1, min(index + LOOKAHEAD, len(self.requests))):
+            for ahead in range(index + 1, min(index + 1 + LOOKAHEAD, len(self.requests))):
                 if self.items[ahead] is None:
                     try:
                         self._submit(ahead)

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""N concurrent streaming clients against serve.py on loopback, with step-level batching and with --max-batch 1.
+
+  .venv/bin/python bench/serve_bench.py --model_dir BUILD --clients 1 4 8 16 --num_steps 32 --out bench/serve_results.md
+
+Each client sends one request (a two-sentence text, pcm, streamed) per round; reported: throughput (audio
+seconds per wall second), time to first audio and total latency p50/p95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "The server streams each sentence as soon as it is ready. Concurrent clients share every decoding step."
+
+
+def start(model_dir: Path, max_batch: int, voices: Path, threads: int | None):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    args = [sys.executable, str(ROOT / "serve.py"), "--model_dir", str(model_dir), "--port", str(port),
+            "--voices_dir", str(voices), "--max-batch", str(max_batch)] + (["--threads", str(threads)] if threads else [])
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], 0.5)[0] and proc.stdout.readline().startswith("ready: "):
+            return proc, f"http://127.0.0.1:{port}"
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise SystemExit("serve.py did not start")
+
+
+def one_request(url: str, num_steps: int, seed: int) -> tuple[float, float, float]:
+    body = {"model": "omnivoice", "input": TEXT, "voice": "alloy", "response_format": "pcm", "num_steps": num_steps,
+            "seed": seed}
+    start = time.perf_counter()
+    first, size = None, 0
+    with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=3600) as response:
+        response.raise_for_status()
+        for chunk in response.iter_raw():
+            if first is None and chunk:
+                first = time.perf_counter() - start
+            size += len(chunk)
+    return first, time.perf_counter() - start, size / 2 / 24000
+
+
+def run(url: str, clients: int, num_steps: int):
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(lambda i: one_request(url, num_steps, i), range(clients)))
+    wall = time.perf_counter() - start
+    firsts, totals, audio = (np.array(column) for column in zip(*results))
+    return {"throughput": audio.sum() / wall, "ttfa_p50": np.percentile(firsts, 50), "ttfa_p95": np.percentile(firsts, 95),
+            "total_p50": np.percentile(totals, 50), "total_p95": np.percentile(totals, 95), "wall": wall}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model_dir", type=Path, required=True)
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8, 16])
+    p.add_argument("--num_steps", type=int, default=32)
+    p.add_argument("--max-batch", dest="max_batch", type=int, default=8)
+    p.add_argument("--threads", type=int)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    voices = Path(os.environ.get("TMPDIR", "/tmp")) / "serve-bench-voices"
+    rows = []
+    for max_batch in (args.max_batch, 1):
+        proc, url = start(args.model_dir, max_batch, voices, args.threads)
+        try:
+            one_request(url, args.num_steps, 0)  # pins the voice and warms the sessions
+            for clients in args.clients:
+                result = run(url, clients, args.num_steps)
+                rows.append((max_batch, clients, result))
+                print(max_batch, clients, {k: round(float(v), 3) for k, v in result.items()}, flush=True)
+        finally:
+            proc.kill()
+            proc.wait()
+    lines = [f"# serve.py under concurrent clients: `{args.model_dir.name}`, {args.num_steps} steps", "",
+             f"Each client streams one two-sentence request ({len(TEXT)} characters, pcm); "
+             f"{os.cpu_count()} CPU cores. Throughput is audio seconds per wall second.", "",
+             "| --max-batch | clients | throughput (audio s/s) | first audio p50 / p95 (s) | total p50 / p95 (s) |",
+             "|---|---|---|---|---|"]
+    for max_batch, clients, r in rows:
+        lines.append(f"| {max_batch} | {clients} | {r['throughput']:.2f} | {r['ttfa_p50']:.2f} / {r['ttfa_p95']:.2f} "
+                     f"| {r['total_p50']:.2f} / {r['total_p95']:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
