@@ -37,6 +37,11 @@ def test_every_profile_builds_a_valid_bidirectional_folder(builds, profile):
         # ONNX checker does not know; ONNX Runtime loading it is the check that means something.
         ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         assert manifest.sub_models[key]["precision"] in ("fp32", "fp16", "int4")
+    # The decoding step's maths is built in every profile, always fp32.
+    assert {key: entry["precision"] for key, entry in data["scoring"].items()} == {
+        "cell_scoring": "fp32", "cell_scoring_sampled": "fp32"}
+    for entry in data["scoring"].values():
+        ort.InferenceSession(str(folder / entry["filename"]), providers=["CPUExecutionProvider"])
     llm_inputs = {i["name"]: i for i in manifest.sub_models["llm_decoder"]["inputs"]}
     assert llm_inputs["attention_mask"]["dtype"] == "bool" and len(llm_inputs["attention_mask"]["shape"]) == 4
     # Portable: nothing in the manifest points outside the folder.
@@ -113,6 +118,7 @@ def test_fp32_build_is_equivalent_to_upstream(builds, extra):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FAIL" not in result.stdout
     assert "llm_decoder hidden (padded CFG batch)" in result.stdout and "bidirectional:" in result.stdout
+    assert "cell_scoring (upstream's maths)" in result.stdout and "cell_scoring_sampled (upstream's maths)" in result.stdout
 
 
 def test_int4_build_is_reported_with_argmax_agreement(builds):

@@ -85,6 +85,55 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
                         chained[on_defined], ref_logits[on_defined], all_fp32, argmax_axis=-1,
                         abs_bound=10 * FP32_ABS_BOUND))
     rows.append(probe_row(probe_bidirectional(backbone)))
+    rows += scoring_rows(manifest, ref_logits, provider)
+    return rows
+
+
+class Draws:
+    """A NoiseSource handing out given uniform draws in order, so both sides see the same noise."""
+
+    def __init__(self, draws: list[np.ndarray]):
+        self.draws = list(draws)
+
+    def uniform(self, shape: tuple[int, ...]) -> np.ndarray:
+        draw = self.draws.pop(0)
+        assert draw.shape == tuple(shape), (draw.shape, shape)
+        return draw
+
+
+def scoring_rows(manifest, logits: np.ndarray, provider: str = "cpu", seed: int = 0) -> list[Row]:
+    """The cell-scoring graphs against upstream's decoding maths (the numpy twins, checked function by
+    function against upstream) on the same logits and noise: tokens must be equal, scores within 1e-4."""
+    from codes.runtime.decoding import cell_scores
+    from codes.runtime.settings import GenerationSettings
+
+    graphs = manifest.data.get("scoring", {})
+    rows = []
+    num_items = logits.shape[0] // 2
+    for spec, class_temperature in ((specs.SCORING, 0.0), (specs.SCORING_SAMPLED, 0.8)):
+        if spec.key not in graphs:
+            continue
+        settings = GenerationSettings(class_temperature=class_temperature)
+        rng = np.random.default_rng(seed)
+        position = rng.random((num_items, *logits.shape[1:3]), dtype=np.float32)
+        feeds = {"logits": logits, "position_uniform": position}
+        for name in ("guidance_scale", "layer_penalty_factor", "position_temperature"):
+            feeds[name] = np.full(num_items, getattr(settings, name), np.float32)
+        if class_temperature:
+            feeds["class_uniform"] = rng.random(logits[:num_items].shape, dtype=np.float32)
+            feeds["class_temperature"] = np.full(num_items, class_temperature, np.float32)
+        tokens, scores = make_session(manifest.folder / graphs[spec.key]["filename"], provider).run(None, feeds)
+        ref_tokens, ref_scores = [], []
+        for item in range(num_items):
+            draws = ([feeds["class_uniform"][item]] if class_temperature else []) + [position[item]]
+            item_tokens, item_scores = cell_scores(logits[item], logits[num_items + item], settings, Draws(draws))
+            ref_tokens.append(item_tokens)
+            ref_scores.append(item_scores)
+        row = compare(f"{spec.key} (upstream's maths)", "fp32", scores, np.stack(ref_scores), True)
+        row.argmax_agree = float((tokens == np.stack(ref_tokens)).mean())
+        row.passed = row.passed and row.argmax_agree == 1.0
+        row.bound += ", tokens equal"
+        rows.append(row)
     return rows
 
 
