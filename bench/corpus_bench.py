@@ -2,7 +2,7 @@
 """Corpus throughput (audio seconds per wall second) for actor/thread layouts, run as a user runs corpus.py.
 
   python bench/corpus_bench.py --model_dir models/tiny-fp32 --rows 120 --layouts 1x2 2x1 --repeats 2
-  python bench/corpus_bench.py --model_dir models/full-cpu-int8 --rows 12 --label full-size cpu_int8
+  python bench/corpus_bench.py --model_dir models/full-cpu-int8 --higgs_dir models/full-higgs --rows 4 --repeats 1
 
 Each layout (ACTORSxTHREADS) speaks the same generated corpus into a fresh folder; layouts are
 interleaved across repeats so a slow minute of a shared machine does not land on one layout.
@@ -75,6 +75,7 @@ def cpu_description() -> tuple[str, list[str]]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", required=True)
+    p.add_argument("--higgs_dir", help="a codec folder, when the build holds none")
     p.add_argument("--rows", type=int, default=120)
     p.add_argument("--layouts", nargs="+", default=["1x2", "2x1"], help="ACTORSxTHREADS")
     p.add_argument("--repeats", type=int, default=2)
@@ -86,6 +87,8 @@ def main() -> int:
 
     layouts = [tuple(int(n) for n in layout.split("x")) for layout in args.layouts]
     extra = ["--num_steps", str(args.num_steps), "--batch-size", str(args.batch_size)]
+    if args.higgs_dir:
+        extra += ["--higgs_dir", args.higgs_dir]
     measured: dict[tuple, list[dict]] = {layout: [] for layout in layouts}
     loads = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="corpus-bench-") as tmp:
@@ -105,7 +108,8 @@ def main() -> int:
     lines = [
         f"## {label}: {args.rows} rows, {args.num_steps} steps",
         "",
-        f"Command: `python bench/corpus_bench.py --model_dir {args.model_dir} --rows {args.rows} "
+        f"Command: `python bench/corpus_bench.py --model_dir {args.model_dir} "
+        + (f"--higgs_dir {args.higgs_dir} " if args.higgs_dir else "") + f"--rows {args.rows} "
         f"--layouts {' '.join(args.layouts)} --repeats {args.repeats} --num_steps {args.num_steps} "
         f"--batch-size {args.batch_size}"
         + (f" --label \"{label}\"" if args.label else "") + "`",
