@@ -54,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no_denoise", action="store_true", help="leave out the <|denoise|> token when cloning")
     p.add_argument("--no_postprocess", action="store_true", help="keep long silences in the output")
     p.add_argument("--seed", type=int, help="seed for the sampling noise: same seed, same output (line i of a batch "
-                                            "draws from seed + i, so --batch_size changes nothing)")
+                                            "draws from seed + i, so its noise does not depend on --batch_size)")
     p.add_argument("--provider", choices=("cpu", "cuda"),
                    help="execution provider (default: the build's; a gpu build runs on CUDA where available)")
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")

@@ -92,7 +92,7 @@ def test_a_fresh_build_speaks_the_recipes_schema_and_still_verifies(ours):
     assert all((ours / codec["models_dir"] / e["filename"]).is_file() for e in codec["sub_models"].values())
     decoding = data["iterative_decoding"]
     assert decoding["steps"] == 32 and decoding["audio_codebook_weights"] == [8, 8, 6, 6, 4, 4, 2, 2]
-    assert decoding["per_step_pipeline"] == ["audio_embeddings_encoder", "llm_decoder", "audio_heads_decoder"]
+    assert decoding["per_step_pipeline"] == ["audio_embeddings_encoder", "llm_decoder", "audio_heads_decoder", "cell_scoring"]
     # What the recipe cannot say sits beside it, under our own keys.
     assert data["attention"] == "bidirectional" and data["files"] and data["decoding_defaults"]["num_steps"] == 32
     assert data["graph_precision"] == {"llm": "fp32", "embeddings": "fp32", "heads": "fp32"}

@@ -60,7 +60,7 @@ class RandomNoise:
 
 
 def item_noises(seed: int | None, count: int, first: int = 0) -> list[RandomNoise]:
-    """One generator per item, so an item's codes do not depend on what shares its batch: item i of a
+    """One generator per item, so an item's noise does not depend on what shares its batch: item i of a
     seeded run draws from seed + i (a lone item from the seed itself); unseeded items from fresh entropy."""
     return [RandomNoise(None if seed is None else seed + first + i) for i in range(count)]
 
