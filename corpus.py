@@ -17,9 +17,7 @@ import sys
 from pathlib import Path
 
 from codes.common.errors import run_cli
-from codes.runtime.settings import GenerationSettings
-
-DEFAULTS = GenerationSettings()
+from codes.runtime.settings import add_generation_flags, settings_from_flags
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -37,14 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gpus-per-actor", type=float, help="GPUs per actor (default: 1 with --provider cuda, else 0)")
     p.add_argument("--format", choices=("wav", "flac"), default="wav", help="audio files: 16-bit WAV or FLAC")
     p.add_argument("--seed", type=int, default=0, help="a row without a seed gets one from its id and this")
-    p.add_argument("--num_steps", type=int, default=DEFAULTS.num_steps)
-    p.add_argument("--guidance_scale", type=float, default=DEFAULTS.guidance_scale)
-    p.add_argument("--t_shift", type=float, default=DEFAULTS.t_shift)
-    p.add_argument("--layer_penalty_factor", type=float, default=DEFAULTS.layer_penalty_factor)
-    p.add_argument("--position_temperature", type=float, default=DEFAULTS.position_temperature)
-    p.add_argument("--class_temperature", type=float, default=DEFAULTS.class_temperature)
-    p.add_argument("--no_denoise", action="store_true", help="leave out the <|denoise|> token when cloning")
-    p.add_argument("--no_postprocess", action="store_true", help="keep long silences in the output")
+    add_generation_flags(p)
     p.add_argument("--verbose", action="store_true", help="show Ray's own logs")
     return p.parse_args(argv)
 
@@ -53,12 +44,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from codes.corpus.run import CorpusOptions, Interrupted, RunFailed, run_corpus
 
-    settings = DEFAULTS.replace(
-        num_steps=args.num_steps, guidance_scale=args.guidance_scale, t_shift=args.t_shift,
-        layer_penalty_factor=args.layer_penalty_factor, position_temperature=args.position_temperature,
-        class_temperature=args.class_temperature, denoise=not args.no_denoise,
-        postprocess_output=not args.no_postprocess,
-    )
+    settings = settings_from_flags(args)
     options = CorpusOptions(
         input=args.input, output=args.output, model_dir=args.model_dir, higgs_dir=args.higgs_dir,
         address=args.address, actors=args.actors, threads_per_actor=args.threads_per_actor,

@@ -14,9 +14,8 @@ import time
 from pathlib import Path
 
 from codes.common.errors import UserError, run_cli
-from codes.runtime.settings import GenerationSettings
+from codes.runtime.settings import add_generation_flags, settings_from_flags
 
-DEFAULTS = GenerationSettings()
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -45,14 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, help="output length in seconds (overrides --speed)")
     p.add_argument("--num_audio_tokens", type=int, help="output length in codec frames (25 per second)")
     p.add_argument("--speed", type=float, help="speaking rate factor (> 1 faster)")
-    p.add_argument("--num_steps", type=int, default=DEFAULTS.num_steps)
-    p.add_argument("--guidance_scale", type=float, default=DEFAULTS.guidance_scale)
-    p.add_argument("--t_shift", type=float, default=DEFAULTS.t_shift)
-    p.add_argument("--layer_penalty_factor", type=float, default=DEFAULTS.layer_penalty_factor)
-    p.add_argument("--position_temperature", type=float, default=DEFAULTS.position_temperature)
-    p.add_argument("--class_temperature", type=float, default=DEFAULTS.class_temperature)
-    p.add_argument("--no_denoise", action="store_true", help="leave out the <|denoise|> token when cloning")
-    p.add_argument("--no_postprocess", action="store_true", help="keep long silences in the output")
+    add_generation_flags(p)
     p.add_argument("--seed", type=int, help="seed for the sampling noise: same seed, same output (line i of a batch "
                                             "draws from seed + i, so its noise does not depend on --batch_size)")
     p.add_argument("--provider", choices=("cpu", "cuda"),
@@ -71,12 +63,7 @@ def main(argv=None) -> int:
     from codes.runtime.outputs import check_output_path, save_codes, write_audio
     from codes.runtime.synthesis import OmniVoiceOnnx, Voice
 
-    settings = DEFAULTS.replace(
-        num_steps=args.num_steps, guidance_scale=args.guidance_scale, t_shift=args.t_shift,
-        layer_penalty_factor=args.layer_penalty_factor, position_temperature=args.position_temperature,
-        class_temperature=args.class_temperature, denoise=not args.no_denoise,
-        postprocess_output=not args.no_postprocess,
-    )
+    settings = settings_from_flags(args)
     if args.ref_audio and args.voice:
         raise UserError("give either --ref_audio (with --ref_text) or --voice, not both")
     if args.ref_audio and not args.ref_text:

@@ -70,3 +70,24 @@ class GenerationSettings:
     @classmethod
     def from_dict(cls, values: dict) -> GenerationSettings:
         return cls().replace(**values)
+
+
+# The command-line face of the settings: inference.py and corpus.py take the same flags, with the
+# recipe's names, and turn them into GenerationSettings in one place.
+CLI_NUMBERS = {"num_steps": int, "guidance_scale": float, "t_shift": float, "layer_penalty_factor": float,
+               "position_temperature": float, "class_temperature": float}
+
+
+def add_generation_flags(parser) -> None:
+    defaults = GenerationSettings()
+    for name, kind in CLI_NUMBERS.items():
+        parser.add_argument(f"--{name}", type=kind, default=getattr(defaults, name),
+                            help=f"upstream's default: {getattr(defaults, name)}")
+    parser.add_argument("--no_denoise", action="store_true", help="leave out the <|denoise|> token when cloning")
+    parser.add_argument("--no_postprocess", action="store_true", help="keep long silences in the output")
+
+
+def settings_from_flags(args) -> GenerationSettings:
+    """The flags add_generation_flags defined, validated (a bad value is a one-line UserError)."""
+    return GenerationSettings().replace(**{name: getattr(args, name) for name in CLI_NUMBERS},
+                                        denoise=not args.no_denoise, postprocess_output=not args.no_postprocess)
