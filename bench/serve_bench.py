@@ -26,12 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TEXT = "The server streams each sentence as soon as it is ready. Concurrent clients share every decoding step."
 
 
-def start(model_dir: Path, max_batch: int, voices: Path, threads: int | None):
+def start(model_dir: Path, max_batch: int, voices: Path, threads: int | None, higgs_dir: Path | None = None):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     args = [sys.executable, str(ROOT / "serve.py"), "--model_dir", str(model_dir), "--port", str(port),
             "--voices_dir", str(voices), "--max-batch", str(max_batch)] + (["--threads", str(threads)] if threads else [])
+    if higgs_dir:
+        args += ["--higgs_dir", str(higgs_dir)]
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -70,6 +72,7 @@ def run(url: str, clients: int, num_steps: int):
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", type=Path, required=True)
+    p.add_argument("--higgs_dir", type=Path, help="a codec folder, for a model folder that has none")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8, 16])
     p.add_argument("--num_steps", type=int, default=32)
     p.add_argument("--max-batch", dest="max_batch", type=int, default=8)
@@ -79,7 +82,7 @@ def main() -> int:
     voices = Path(os.environ.get("TMPDIR", "/tmp")) / "serve-bench-voices"
     rows = []
     for max_batch in (args.max_batch, 1):
-        proc, url = start(args.model_dir, max_batch, voices, args.threads)
+        proc, url = start(args.model_dir, max_batch, voices, args.threads, args.higgs_dir)
         try:
             one_request(url, args.num_steps, 0)  # pins the voice and warms the sessions
             for clients in args.clients:
