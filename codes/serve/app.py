@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from codes.common.errors import UserError
@@ -334,7 +334,7 @@ def create_app(state: ServerState) -> FastAPI:
         if params.stream_format == "sse":
             body_iter = _sse_body(job, pieces, first, params, request_id, synth)
             return StreamingResponse(body_iter, media_type="text/event-stream", headers=STREAM_HEADERS)
-        body_iter = _audio_body(job, pieces, first, params, request_id)
+        body_iter = _encoded(job, pieces, first, params, request_id)
         return StreamingResponse(body_iter, media_type=CONTENT_TYPES[params.response_format], headers=STREAM_HEADERS)
 
     return app
@@ -368,7 +368,9 @@ async def _until_first_audio(request: Request, prepare, timeout: float, job_box:
                         "steps", code="timeout", kind="server_error")
 
 
-async def _audio_body(job: SpeechJob, pieces, first: np.ndarray, params: SpeechParams, request_id: int):
+async def _encoded(job: SpeechJob, pieces, first: np.ndarray, params: SpeechParams, request_id: int):
+    """The response's audio, encoded as each sentence is ready; a client that goes away has its rows
+    removed, and every request ends with its log line."""
     encoder = StreamEncoder(params.response_format, SAMPLE_RATE)
     try:
         yield encoder.push(first)
@@ -376,7 +378,9 @@ async def _audio_body(job: SpeechJob, pieces, first: np.ndarray, params: SpeechP
             chunk = encoder.push(wav)
             if chunk:
                 yield chunk
-        yield encoder.close()
+        tail = encoder.close()
+        if tail:
+            yield tail
     except BaseException:
         job.status = "disconnected"
         encoder.abort()
@@ -388,30 +392,11 @@ async def _audio_body(job: SpeechJob, pieces, first: np.ndarray, params: SpeechP
 
 async def _sse_body(job: SpeechJob, pieces, first: np.ndarray, params: SpeechParams, request_id: int,
                     synth: Synthesizer):
-    encoder = StreamEncoder(params.response_format, SAMPLE_RATE)
-
-    def delta(data: bytes) -> str:
-        event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
-        return f"data: {json.dumps(event)}\n\n"
-
-    try:
-        yield delta(encoder.push(first))
-        async for wav in pieces:
-            chunk = encoder.push(wav)
-            if chunk:
-                yield delta(chunk)
-        tail = encoder.close()
-        if tail:
-            yield delta(tail)
-        input_tokens = len(synth.tts.tokenizer.encode(params.text))
-        output_tokens = job.output_frames()
-        done = {"type": "speech.audio.done", "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                                                        "total_tokens": input_tokens + output_tokens}}
-        yield f"data: {json.dumps(done)}\n\n"
-    except BaseException:
-        job.status = "disconnected"
-        encoder.abort()
-        raise
-    finally:
-        job.cancel()
-        logger.info(job.log_line(request_id))
+    async for chunk in _encoded(job, pieces, first, params, request_id):
+        event = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode("ascii")}
+        yield f"data: {json.dumps(event)}\n\n"
+    input_tokens = len(synth.tts.tokenizer.encode(params.text))
+    output_tokens = job.output_frames()
+    done = {"type": "speech.audio.done", "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                                                    "total_tokens": input_tokens + output_tokens}}
+    yield f"data: {json.dumps(done)}\n\n"
