@@ -138,6 +138,10 @@ def test_probe_fails_on_an_unpatched_genai_build(tiny_checkpoint, tmp_path):
     result = run_script("eval.py", "--mode", "equiv", "--model_dir", tmp_path / "foreign")
     assert result.returncode == 1
     assert "CAUSAL" in result.stdout and "FAIL" in result.stdout
+    # A manifest of someone else's format beside it does not stop the probe.
+    (tmp_path / "foreign" / "omnivoice_manifest.json").write_text('{"format": "someone-else"}')
+    result = run_script("eval.py", "--mode", "equiv", "--model_dir", tmp_path / "foreign")
+    assert result.returncode == 1 and "CAUSAL" in result.stdout
 
 
 def test_probe_passes_on_our_backbone_graph(builds):

@@ -165,7 +165,10 @@ def find_builds(model_dir: str | Path | None, higgs_dir: str | Path | None) -> t
                             "`python optimize.py --device cpu --include-higgs`, or pass --model_dir DIR")
     model_dir = Path(model_dir)
     if higgs_dir is None and (model_dir / MANIFEST_NAME).is_file():
-        holds_codec = read_manifest(model_dir, verify=False).higgs is not None
+        try:
+            holds_codec = read_manifest(model_dir, verify=False).higgs is not None
+        except UserError:  # not a manifest we read: the caller says so (or, in eval.py, probes the folder)
+            holds_codec = True
         fallback = default_codec_dir("fp16")
         if not holds_codec and (fallback / MANIFEST_NAME).is_file():
             higgs_dir = fallback
