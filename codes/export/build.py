@@ -22,6 +22,7 @@ from codes.common.errors import UserError
 from codes.common.quiet import library_output
 from codes.export.checkpoint import Checkpoint, load_omnivoice
 from codes.export.codec_build import build_codec
+from codes.export.glue import build_glue
 from codes.export.manifest_write import write_manifest
 from codes.export.olive_build import olive_export
 from codes.export.onnx_io import files_of, graph_io
@@ -165,7 +166,8 @@ def _planned_files(request: BuildRequest) -> list[str]:
     """The files the build will write (before building: for refusing early)."""
     names = [MANIFEST_NAME]
     if request.builds_backbone:
-        names += [n for entry in (*BACKBONE_GRAPHS, *SCORING_GRAPHS) for n in (entry.spec.filename, entry.spec.filename + ".data")]
+        step_specs = (*(entry.spec for entry in (*BACKBONE_GRAPHS, *SCORING_GRAPHS)), *specs.GLUE_SPECS)
+        names += [n for spec in step_specs for n in (spec.filename, spec.filename + ".data")]
         names += [p.name for p in request.checkpoint.tokenizer_files()]
     if request.builds_codec:
         names += [f"{specs.HIGGS_DIR}/{n}" for entry in CODEC_GRAPHS
@@ -255,6 +257,8 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
         recipe = profile.recipe(entry.part)
         path = _timed(request, entry.key, olive_export, entry, ckpt.path, recipe, staging, work)
         scoring[entry.key] = _graph_entry(path, staging, recipe.precision, "olive")
+    glue = {key: _graph_entry(path, staging, "none", "onnx.helper")
+            for key, path in build_glue(graphs, config["llm_config"]["hidden_size"], staging).items()}
     llm = graphs[specs.BACKBONE.key]
     llm["build"] = ("onnxruntime-genai create_model (exclude_embeds, exclude_lm_head), GQA patched to causal=0 + "
                     "attention_bias" if llm_export == "genai"
@@ -269,6 +273,7 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
     body = {
         "backbone": graphs,
         "scoring": scoring,
+        "glue": glue,
         "tokenizer": {"files": tokenizer_files, "special_tokens": _special_tokens(staging)},
         "model": _model_facts(config),
         "precision": profile.recipe_precision,
@@ -276,7 +281,7 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
         "attention": "bidirectional",
         "llm_build": llm_export,
     }
-    graph_files = [name for entry in (*graphs.values(), *scoring.values())
+    graph_files = [name for entry in (*graphs.values(), *scoring.values(), *glue.values())
                    for name in (entry["filename"], *entry["external_data"])]
     return body, graph_files + tokenizer_files
 

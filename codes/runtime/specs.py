@@ -158,3 +158,24 @@ SCORING_SAMPLED = SubModelSpec(
     _SCORING_OUTPUTS,
 )
 SCORING_SPECS = (SCORING, SCORING_SAMPLED)
+
+# Glue between the backbone's graphs, so a step's tensors stay on the execution provider (I/O binding):
+# they move and cast, no maths. Each build makes them for its own graphs' types (codes/export/glue.py).
+BACKBONE_INPUT = SubModelSpec(
+    "backbone_input", "backbone_input.onnx",
+    # Built only where the embeddings' output type is not the backbone's input type (the gpu profile).
+    inputs=(TensorSpec("inputs_embeds", "float", ("batch", "sequence", "hidden")),),
+    outputs=(TensorSpec("backbone_embeds", "float", ("batch", "sequence", "hidden")),),
+)
+TARGET_WINDOWS = SubModelSpec(
+    "target_windows", "target_windows.onnx",
+    inputs=(
+        TensorSpec("hidden_states", "float", ("items", "sequence", "hidden")),  # the conditional rows
+        TensorSpec("target_hidden_states", "float", ("items", "target", "hidden")),  # the unconditional rows
+        # Where each target cell sits in its conditional row (padding cells repeat a valid position).
+        TensorSpec("window_index", "int64", ("items", "target", 1)),
+    ),
+    # The heads' input: the items' conditional windows, then their unconditional rows.
+    outputs=(TensorSpec("windows", "float", ("rows", "target", "hidden")),),
+)
+GLUE_SPECS = (BACKBONE_INPUT, TARGET_WINDOWS)
