@@ -45,8 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     rtf.add_argument("--no-memory", action="store_true", help="skip the per-build peak-memory runs")
     rtf.add_argument("--no-profile", action="store_true", help="skip the per-op profile of the first build's step")
     rtf.add_argument("--step-batches", type=int, nargs="*", default=[],
-                     help="also time one decoding step of the first build at these batch sizes, cells scored "
-                          "in numpy and by the graph (s/step and the host's share)")
+                     help="also time one decoding step of the first build at these batch sizes, run each way "
+                          "(numpy, graph, device: s/step and the host's share)")
     rtf.add_argument("--out", type=Path, default=Path("bench/results"), help="writes OUT.md and OUT.json")
     return parser.parse_args(argv)
 

@@ -15,3 +15,10 @@ $PY optimize.py --model tiny-random --device gpu --include-higgs --output models
 $PY eval.py --mode equiv --model_dir models/tiny-gpu --provider cuda | tee "$OUT/gpu_equiv.txt"
 $PY eval.py --mode rtf --model_dir models/tiny-gpu --provider cuda --workload smoke --repeats 3 --no-memory \
     --out "$OUT/gpu_smoke"
+# FULL=1: also the full-size `gpu` build's decoding step at batch 1, 8 and 32, run each way (numpy, graph,
+# device), with the backbone's own time beside it; written to $OUT/gpu_step.{md,json}.
+if [ "${FULL:-0}" = 1 ]; then
+    $PY optimize.py --model full-random --device gpu --output models/full-gpu --overwrite
+    $PY eval.py --mode rtf --model_dir models/full-gpu --provider cuda --workload 10s --num_steps 4 --repeats 3 \
+        --warmup 1 --no-memory --no-profile --step-batches 1 8 32 --out "$OUT/gpu_step"
+fi

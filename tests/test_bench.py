@@ -37,9 +37,11 @@ def test_rtf_benchmark_writes_side_by_side_results(builds, tmp_path):
     markdown = out.with_suffix(".md").read_text()
     assert "Where a decoding step goes" in markdown
     assert "step × vs torch fp32" in markdown and "Token agreement" in markdown and report["machine"]["cpu"] in markdown
-    # One step at each batch size, cells scored in numpy and by the graph, with the host's share.
+    # One step at each batch size, run each way, with the host's share.
     split = report["step_split"]["rows"]
-    assert [(row["batch"], row["scoring"]) for row in split] == [(1, "numpy"), (1, "graph"), (2, "numpy"), (2, "graph")]
+    assert [(row["batch"], row["step"]) for row in split] == [
+        (batch, step) for batch in (1, 2) for step in ("device", "graph", "numpy")]
     assert all(row["step_s"] > 0 and 0 <= row["host_share"] <= 1 for row in split)
-    assert all(row["graphs_s"]["scoring"] > 0 for row in split if row["scoring"] == "graph")
+    assert all(row["graphs_s"]["scoring"] > 0 for row in split if row["step"] != "numpy")
+    assert all(row["graphs_s"]["glue"] > 0 for row in split if row["step"] == "device")
     assert "One decoding step by batch size" in markdown

@@ -52,11 +52,12 @@ def upstream(tiny_checkpoint):
     torch.set_num_threads(previous)
 
 
-@pytest.fixture(scope="module", params=["graph", "numpy"])
+@pytest.fixture(scope="module", params=["device", "numpy"])
 def tts(builds, request):
-    """Both ways of scoring cells: the build's cell-scoring graph, and the numpy reference."""
-    engine = OmniVoiceOnnx(builds.get(*FP32_BUILD), threads=1, scoring=request.param)
-    assert engine.scoring == request.param
+    """The default step, all on the execution provider, and the numpy reference (the graphs joined on
+    the host, cells scored in numpy). The graph step in between is held to them in test_forward.py."""
+    engine = OmniVoiceOnnx(builds.get(*FP32_BUILD), threads=1, step=request.param)
+    assert engine.step == request.param
     return engine
 
 
@@ -259,7 +260,7 @@ def test_audio_from_the_same_codes_equals_upstream_decode(ref_rms, postprocess_o
 
 
 def test_an_items_codes_do_not_depend_on_its_batch(tts):
-    """Each item draws its noise from its own generator (seed + i), on either scoring path."""
+    """Each item draws its noise from its own generator (seed + i), on either step path."""
     settings = dict(num_steps=8, class_temperature=0.6)
     texts = [sample[0] for sample in SAMPLES[:3]]
     _, together = tts.generate(texts, seed=11, return_codes=True, **settings)

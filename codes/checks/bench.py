@@ -325,13 +325,16 @@ def markdown(report: dict) -> str:
     if report.get("step_split"):
         split = report["step_split"]
         lines += [f"## One decoding step by batch size: {split['model']}, {split['case']}", "",
-                  "Cells scored on the host in numpy (the reference) or by the cell-scoring graph; the host's share "
-                  "is the step's time outside ONNX Runtime graphs.", "",
-                  "| batch | scoring | s/step | host share | backbone s | heads s | scoring graph s |",
-                  "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['batch']} | {r['scoring']} | {r['step_s']:.3f} | {100 * r['host_share']:.0f}% | "
-                  f"{r['graphs_s'].get('backbone', 0):.3f} | {r['graphs_s'].get('heads', 0):.3f} | "
-                  f"{r['graphs_s'].get('scoring', 0):.3f} |" for r in split["rows"]] + [""]
+                  f"Median of {split.get('runs', 1)} interleaved run(s) of each row.", "",
+                  "Step `numpy`: the graphs joined on the host and cells scored in numpy (the reference); `graph`: "
+                  "the graphs joined on the host, cells scored by the cell-scoring graph; `device`: the graphs joined "
+                  "by the glue graphs on the execution provider, only tokens and scores back. The host's share is "
+                  "the step's time outside ONNX Runtime graphs.", "",
+                  "| batch | step | s/step | host share | embeddings s | backbone s | glue s | heads s | scoring s |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['batch']} | {r['step']} | {r['step_s']:.3f} | {100 * r['host_share']:.0f}% | "
+                  + " | ".join(f"{r['graphs_s'].get(stage, 0):.3f}" for stage in GRAPH_STAGES) + " |"
+                  for r in split["rows"]] + [""]
     if report.get("agreement"):
         lines += [f"## Token agreement with {report['reference']}", "", "| engine | " + " | ".join(cases) + " |",
                   "|---|" + "---|" * len(cases)]
@@ -342,18 +345,18 @@ def markdown(report: dict) -> str:
 
 
 # Time spent inside ONNX Runtime graphs; the rest of a step is the host's (numpy, copies, Python).
-GRAPH_STAGES = ("embeddings", "backbone", "heads", "scoring")
+GRAPH_STAGES = ("embeddings", "backbone", "glue", "heads", "scoring")
 
 
-def step_split(model_dir: Path, case: Case, batch: int, scoring: str, threads: int, provider: str | None = None,
+def step_split(model_dir: Path, case: Case, batch: int, step: str, threads: int, provider: str | None = None,
                backbone: Path | None = None, steps: int = 2) -> dict:
     """Seconds per decoding step, and the host's share of it, for `batch` copies of `case`'s first
-    utterance decoded together, with the cells scored by the graph or by numpy. The first step
-    (prompt embedding, allocator growth) is left out."""
+    utterance decoded together, the step run as `step` (OmniVoiceOnnx's device, graph or numpy).
+    The first step (prompt embedding, allocator growth) is left out."""
     from codes.runtime.settings import GenerationSettings
     from codes.runtime.synthesis import OmniVoiceOnnx
 
-    tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads, backbone=backbone, scoring=scoring)
+    tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads, backbone=backbone, step=step)
     requests = tts.settle([case.texts[0]] * batch, duration=[case.seconds[0]] * batch)
     marks = {}
 
@@ -365,8 +368,17 @@ def step_split(model_dir: Path, case: Case, batch: int, scoring: str, threads: i
     (start, before), (end, after) = marks[1], marks[steps + 1]
     step_s = (end - start) / steps
     graphs_s = {k: (after.get(k, 0.0) - before.get(k, 0.0)) / steps for k in GRAPH_STAGES if k in after}
-    return {"batch": batch, "scoring": tts.scoring, "step_s": step_s,
+    return {"batch": batch, "step": tts.step, "step_s": step_s,
             "host_share": max(0.0, 1 - sum(graphs_s.values()) / step_s), "graphs_s": graphs_s}
+
+
+def _median_row(runs: tuple[dict, ...]) -> dict:
+    """One step_split row from several runs of the same batch and step: medians throughout."""
+    first = runs[0]
+    return {"batch": first["batch"], "step": first["step"],
+            "step_s": statistics.median(r["step_s"] for r in runs),
+            "host_share": statistics.median(r["host_share"] for r in runs),
+            "graphs_s": {k: statistics.median(r["graphs_s"].get(k, 0.0) for r in runs) for k in first["graphs_s"]}}
 
 
 def write_report(report: dict, out: Path) -> tuple[Path, Path]:
@@ -423,13 +435,17 @@ def benchmark(request: BenchRequest, log=print) -> dict:
             main.model_dir, workload_cases(request.workload)[0], request.threads, request.provider,
             backbone=main.backbone)}
     if request.step_batches:
+        from codes.runtime.synthesis import STEPS
+
         main = next(e for e in engines if e.kind == "onnx")
         case = workload_cases(request.workload)[0]
-        report["step_split"] = {"model": main.name, "case": case.name, "rows": [
-            step_split(main.model_dir, case, batch, scoring, request.threads, request.provider, main.backbone)
-            for batch in request.step_batches for scoring in ("numpy", "graph")]}
+        # Interleaved rounds, as the engines': drift on a shared machine hits every way alike.
+        rounds = [[step_split(main.model_dir, case, batch, step, request.threads, request.provider, main.backbone)
+                   for batch in request.step_batches for step in STEPS] for _ in range(request.repeats)]
+        report["step_split"] = {"model": main.name, "case": case.name, "runs": request.repeats,
+                                "rows": [_median_row(runs) for runs in zip(*rounds)]}
         for row in report["step_split"]["rows"]:
-            log(f"  step split: batch {row['batch']}, {row['scoring']}: {row['step_s']:.3f} s/step, "
+            log(f"  step split: batch {row['batch']}, {row['step']}: {row['step_s']:.3f} s/step, "
                 f"host {100 * row['host_share']:.0f}%")
     if request.memory:
         report["memory_mb"] = {e.name: peak_memory_mb(e.model_dir, request.threads, request.workload, e.higgs_dir,

@@ -58,7 +58,9 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
     backbone = BackboneRunner(make_session(backbone_path, provider), name=str(backbone_path))
     heads_session = make_session(manifest.path_of(specs.HEADS.key), provider)
 
-    input_ids, audio_mask, attention_mask, _ = padded_cfg_batch(model.config.llm_config.vocab_size)
+    target_lens = [9, 6]
+    batch = padded_cfg_batch(model.config.llm_config.vocab_size, target_lens=target_lens)
+    input_ids, audio_mask, attention_mask, _ = batch
     with torch.no_grad():
         t_ids, t_audio, t_attn = map(torch.from_numpy, (input_ids, audio_mask, attention_mask))
         ref_embeds = model._prepare_embed_inputs(t_ids, t_audio)
@@ -85,8 +87,35 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
                         chained[on_defined], ref_logits[on_defined], all_fp32, argmax_axis=-1,
                         abs_bound=10 * FP32_ABS_BOUND))
     rows.append(probe_row(probe_bidirectional(backbone)))
+    rows += glue_rows(manifest, embed_session, backbone, heads_session, provider, batch, target_lens)
     rows += scoring_rows(manifest, ref_logits, provider)
     return rows
+
+
+def glue_rows(manifest, embed_session, backbone: BackboneRunner, heads_session, provider: str, batch,
+              target_lens: list[int]) -> list[Row]:
+    """The graphs joined on the device by the build's glue graphs against the same graphs joined on the
+    host: the heads' logits over the target cells. Equal but for int8 heads, whose activation scale
+    spans the whole batch and so also sees the padding cells, which the two ways fill differently."""
+    from codes.runtime.forward import StepForward
+
+    glue = {key: make_session(manifest.folder / entry["filename"], provider)
+            for key, entry in manifest.data.get("glue", {}).items()}
+    if not glue:
+        return []
+    # The provider's name is the ONNX Runtime device the outputs are left on.
+    forward = StepForward(embed_session, backbone, heads_session, glue, provider, lambda _, fn, *a: fn(*a))
+    if not forward.on_device:
+        return [Row("step on the device (glue graphs)", "-", bound="glue must fit the graphs", passed=False,
+                    note="the glue graphs do not take or give the backbone's types; rebuild with optimize.py")]
+    on_device = forward.device_logits(batch.input_ids, batch, target_lens).numpy()
+    on_host = forward.host_logits(batch.input_ids, batch, target_lens)
+    num_items = len(target_lens)
+    cells = [(row, slice(0, target_lens[row % num_items])) for row in range(2 * num_items)]
+    ours = np.concatenate([on_device[row, :, cols].ravel() for row, cols in cells])
+    ref = np.concatenate([on_host[row, :, cols].ravel() for row, cols in cells])
+    heads_precision = manifest.graph_precision["heads"]
+    return [compare("step on the device (glue graphs)", heads_precision, ours, ref, heads_precision != "int8")]
 
 
 class Draws:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from codes.common.errors import UserError
+from codes.common.errors import GraphFailed, UserError
 from codes.runtime.probe import CAUSAL_ADVICE, probe_bidirectional
 
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
@@ -73,6 +73,25 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
         return ort.InferenceSession(str(path), sess_options=options, providers=providers or ["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs
         raise UserError(f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}") from None
+
+
+def run_bound(session: ort.InferenceSession, inputs: dict, outputs: dict[str, str]) -> list[ort.OrtValue]:
+    """Run `session` through I/O binding: inputs are numpy arrays (sent to the session's device) or
+    OrtValues (used where they are); outputs maps each output's name to the device it is left on
+    ("cpu" or "cuda"). Returns the outputs as OrtValues, in that order."""
+    binding = session.io_binding()
+    for name, value in inputs.items():
+        if isinstance(value, ort.OrtValue):
+            binding.bind_ortvalue_input(name, value)
+        else:
+            binding.bind_cpu_input(name, value)
+    for name, device in outputs.items():
+        binding.bind_output(name, device)
+    try:
+        session.run_with_iobinding(binding)
+    except RuntimeError as exc:
+        raise GraphFailed(str(exc)) from None
+    return binding.get_outputs()
 
 
 class BackboneRunner:

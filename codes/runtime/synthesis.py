@@ -23,7 +23,8 @@ from codes.common.fileio import atomic_path
 from codes.runtime.manifest import read_manifest
 from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
 from codes.runtime.probe import CAUSAL_ADVICE
-from codes.runtime.sessions import make_session, open_backbone, providers_for, resolve_provider
+from codes.runtime.forward import StepForward
+from codes.runtime.sessions import make_session, open_backbone, providers_for, resolve_provider, run_bound
 from codes.runtime.settings import GenerationSettings
 from codes.runtime import specs
 from codes.runtime.specs import AUDIO_VOCAB_SIZE, FRAME_RATE, NUM_CODEBOOKS, SAMPLE_RATE
@@ -34,6 +35,7 @@ from codes.runtime.voice_design import resolve_instruct, resolve_language
 logger = logging.getLogger(__name__)
 
 VOICE_FORMAT_VERSION = 1
+STEPS = ("device", "graph", "numpy")
 
 
 @dataclass
@@ -77,12 +79,16 @@ class Request:
 class OmniVoiceOnnx:
     def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str | None = None,
                  threads: int | None = None, profile_dir: Path | None = None, backbone: str | Path | None = None,
-                 scoring: str = "graph"):
+                 step: str = "device"):
         """provider: cpu or cuda; None follows the build (a gpu build runs on CUDA where ONNX Runtime offers it).
 
         backbone: a backbone graph to use instead of the folder's (a bidirectional re-export, say).
-        scoring: "graph" scores cells with the build's cell-scoring graphs on the execution provider (builds
-        without them, such as published folders, score on the host); "numpy" is the host reference.
+        step: how a decoding step runs, as far as the folder allows (the chosen one is `self.step`):
+          "device": the whole step on the execution provider, the graphs joined by the build's glue
+                    graphs, only tokens and scores back to the host;
+          "graph":  the graphs joined on the host, cells scored by the build's cell-scoring graphs;
+          "numpy":  the graphs joined on the host, cells scored in numpy: the reference.
+        Published folders have neither glue nor scoring graphs, and run "numpy".
         profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.checks.bench reads it).
         """
         self.manifest = read_manifest(model_dir)
@@ -92,25 +98,31 @@ class OmniVoiceOnnx:
             )
         if backbone is None and self.manifest.attention not in ("bidirectional", "unknown"):
             raise UserError(f"{model_dir} holds a {self.manifest.attention} backbone: {CAUSAL_ADVICE}")
+        if step not in STEPS:
+            raise UserError(f"step must be one of {', '.join(STEPS)}, got {step!r}")
         self.provider = resolve_provider(provider, self.manifest.data.get("execution_provider"))
         self.threads = threads
-        self.embeddings = make_session(self.manifest.path_of(specs.EMBEDDINGS.key), self.provider, threads, profile_dir)
-        self.backbone = open_backbone(Path(backbone) if backbone else self.manifest.path_of(specs.BACKBONE.key),
-                                      self.provider, threads, profile_dir,
-                                      probe=backbone is not None or self.manifest.attention != "bidirectional")
-        self.heads = make_session(self.manifest.path_of(specs.HEADS.key), self.provider, threads, profile_dir)
-        if scoring not in ("graph", "numpy"):
-            raise UserError(f"scoring must be graph or numpy, got {scoring!r}")
-        self.scoring = "graph" if scoring == "graph" and self.manifest.data.get("scoring") else "numpy"
-        self._scoring_sessions: dict[str, object] = {}
         self._profile_dir = profile_dir
+        self.timings: defaultdict[str, float] = defaultdict(float)  # seconds per stage, accumulated
+        embeddings = make_session(self.manifest.path_of(specs.EMBEDDINGS.key), self.provider, threads, profile_dir)
+        backbone_runner = open_backbone(Path(backbone) if backbone else self.manifest.path_of(specs.BACKBONE.key),
+                                        self.provider, threads, profile_dir,
+                                        probe=backbone is not None or self.manifest.attention != "bidirectional")
+        heads = make_session(self.manifest.path_of(specs.HEADS.key), self.provider, threads, profile_dir)
+        has_scoring = bool(self.manifest.data.get("scoring"))
+        glue = ({key: self._session(entry) for key, entry in self.manifest.data.get("glue", {}).items()}
+                if step == "device" and has_scoring else {})
+        # The provider's name (cpu, cuda) is the ONNX Runtime device a step's tensors are left on.
+        self.forward = StepForward(embeddings, backbone_runner, heads, glue, self.provider, self._timed)
+        # What the folder allows of what was asked: the device needs glue and scoring graphs that fit,
+        # the graph path scoring graphs (published folders have neither).
+        self.step = ("device" if self.forward.on_device else "graph") if step != "numpy" and has_scoring else "numpy"
+        self._scoring_sessions: dict[str, object] = {}
         self.tokenizer = TextTokenizer.from_dir(self.manifest.folder)
         self.defaults = GenerationSettings()
         self._higgs_dir = Path(higgs_dir) if higgs_dir else None
         self._codec = None
-        self._prompt: tuple[CfgBatch, np.ndarray] | None = None  # see _prompt_embeddings
         self.sample_rate = SAMPLE_RATE
-        self.timings: defaultdict[str, float] = defaultdict(float)  # seconds per stage, accumulated
 
     # --- the codec, loaded on first use (code-only generation never needs it) -----------------
 
@@ -124,7 +136,7 @@ class OmniVoiceOnnx:
             self._codec = HiggsCodec(folder, section, providers=providers_for(self.provider), threads=self.threads)
         return self._codec
 
-    # --- one forward: embeddings -> backbone -> heads ------------------------------------------
+    # --- one step: embeddings -> backbone -> heads -> cell scores --------------------------------
 
     def _timed(self, stage: str, fn, *args):
         start = time.perf_counter()
@@ -132,65 +144,16 @@ class OmniVoiceOnnx:
         self.timings[stage] += time.perf_counter() - start
         return result
 
-    def embed(self, input_ids: np.ndarray, audio_mask: np.ndarray) -> np.ndarray:
-        return self._timed("embeddings", self.embeddings.run, None, {"input_ids": input_ids, "audio_mask": audio_mask})[0]
-
-    def _prompt_embeddings(self, batch: CfgBatch, num_items: int) -> np.ndarray:
-        """The conditional rows' embeddings, computed once per batch: only their target cells change.
-
-        The loop writes each step's target embeddings into this buffer; the prompt part stays.
-        The batch itself is the key (held, so its id cannot be reused by another).
-        """
-        if self._prompt is None or self._prompt[0] is not batch:
-            rows = slice(0, num_items)
-            self._prompt = (batch, self.embed(batch.input_ids[rows], batch.audio_mask[rows]))
-        return self._prompt[1]
-
-    def target_window_logits(self, input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int],
-                             device: str | None = None):
-        """The heads' logits over the target windows: [2N, 8, T, V], the N items' conditional rows
-        then their unconditional rows (T: the longest target), computing no more than the loop reads.
-
-        - Conditional and unconditional rows run as two calls, so unconditional rows are not
-          padded to the conditional length; each row attends only within its own valid square,
-          so the split changes no result.
-        - The unconditional rows are the targets alone, and a target's cells are the same in
-          both rows: one embeddings call on them serves both, and the prompt is embedded once.
-        - The heads see only target positions.
-
-        device: leave the logits there as an OrtValue (I/O binding) instead of returning numpy.
-        """
-        num_items, longest = len(target_lens), max(target_lens)
-        cond_rows, uncond_rows = slice(0, num_items), slice(num_items, 2 * num_items)
-        target_embeds = self.embed(input_ids[uncond_rows, :, :longest], batch.audio_mask[uncond_rows, :longest])
-        cond_embeds = self._prompt_embeddings(batch, num_items)
-        for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens)):
-            cond_embeds[item, cond_len - target_len:cond_len] = target_embeds[item, :target_len]
-        cond_hidden = self._timed("backbone", self.backbone, cond_embeds, batch.attention_mask[cond_rows])
-        uncond_hidden = self._timed("backbone", self.backbone, target_embeds,
-                                    batch.attention_mask[uncond_rows, :, :longest, :longest])
-        windows = np.zeros((2 * num_items, longest, cond_hidden.shape[-1]), dtype=cond_hidden.dtype)
-        for item, (cond_len, target_len) in enumerate(zip(batch.cond_lens, target_lens)):
-            windows[item, :target_len] = cond_hidden[item, cond_len - target_len:cond_len]
-        windows[num_items:] = uncond_hidden
-        if device is None:
-            return self._timed("heads", self.heads.run, None, {specs.HEADS.input_names[0]: windows})[0]
-        binding = self.heads.io_binding()
-        binding.bind_cpu_input(specs.HEADS.input_names[0], windows)
-        binding.bind_output(specs.HEADS.output_names[0], device)
-        self._timed("heads", self.heads.run_with_iobinding, binding)
-        return binding.get_outputs()[0]
-
     def target_logits(self, input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int]):
         """Each item's (cond, uncond) target logits, [8, T_i, V] each, on the host."""
-        logits = self.target_window_logits(input_ids, batch, target_lens)
+        logits = self.forward.host_logits(input_ids, batch, target_lens)
         num_items = len(target_lens)
         return [(logits[item, :, :t], logits[num_items + item, :, :t]) for item, t in enumerate(target_lens)]
 
     def score_fn(self, settings: GenerationSettings | Sequence[GenerationSettings]) -> ScoreFn:
         """How cells are scored under `settings` (one for all items, or one per item): the build's
         cell-scoring graph, or the numpy reference."""
-        if self.scoring == "graph":
+        if self.step != "numpy":
             return self.graph_scores(settings)
         return numpy_scores(self.target_logits, settings)
 
@@ -198,14 +161,17 @@ class OmniVoiceOnnx:
         """A ScoreFn on the cell-scoring graph: the logits stay on the provider's device (I/O binding),
         only each cell's token and score come back. Each item's noise is drawn here, on the host,
         from its own source, in the numpy path's order (class, then position), and passed in."""
-        device = "cuda" if self.provider == "cuda" else "cpu"
+        device = self.forward.device
 
         def score(input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int], noises: list) -> list:
             num_items, longest = len(target_lens), max(target_lens)
             item_settings = per_item(settings, num_items)
             sampled = any(s.class_temperature > 0 for s in item_settings)
             spec = specs.SCORING_SAMPLED if sampled else specs.SCORING
-            logits = self.target_window_logits(input_ids, batch, target_lens, device)
+            if self.step == "device":
+                logits = self.forward.device_logits(input_ids, batch, target_lens)
+            else:
+                logits = self.forward.host_logits(input_ids, batch, target_lens, device)
             start = time.perf_counter()
             feeds = {"position_uniform": np.zeros((num_items, NUM_CODEBOOKS, longest), np.float32)}
             if sampled:
@@ -220,15 +186,9 @@ class OmniVoiceOnnx:
             for name in ("guidance_scale", "layer_penalty_factor", "position_temperature") + (("class_temperature",) if sampled else ()):
                 feeds[name] = np.array([getattr(s, name) for s in item_settings], np.float32)
             self.timings["noise"] += time.perf_counter() - start
-            session = self._scoring_session(spec)
-            binding = session.io_binding()
-            binding.bind_ortvalue_input(spec.input_names[0], logits)
-            for name, value in feeds.items():
-                binding.bind_cpu_input(name, value)
-            for name in spec.output_names:
-                binding.bind_output(name, "cpu")
-            self._timed("scoring", session.run_with_iobinding, binding)
-            tokens, scores = (value.numpy() for value in binding.get_outputs())
+            outputs = self._timed("scoring", run_bound, self._scoring_session(spec),
+                                  {spec.input_names[0]: logits, **feeds}, dict.fromkeys(spec.output_names, "cpu"))
+            tokens, scores = (value.numpy() for value in outputs)
             return [None if noise is None else (tokens[item, :, :t], scores[item, :, :t])
                     for item, (noise, t) in enumerate(zip(noises, target_lens))]
 
@@ -236,16 +196,19 @@ class OmniVoiceOnnx:
 
     def sessions(self) -> dict:
         """The model graphs' sessions by graph key (the cell-scoring ones once used)."""
-        return {specs.EMBEDDINGS.key: self.embeddings, specs.BACKBONE.key: self.backbone.session,
-                specs.HEADS.key: self.heads, **self._scoring_sessions}
+        forward = self.forward
+        return {specs.EMBEDDINGS.key: forward.embeddings, specs.BACKBONE.key: forward.backbone.session,
+                specs.HEADS.key: forward.heads, **forward.glue, **self._scoring_sessions}
+
+    def _session(self, entry: dict):
+        return make_session(self.manifest.folder / entry["filename"], self.provider, self.threads, self._profile_dir)
 
     def _scoring_session(self, spec):
         if spec.key not in self._scoring_sessions:
             entry = self.manifest.data["scoring"].get(spec.key)
             if entry is None:
                 raise UserError(f"{self.manifest.folder} has no {spec.key} graph; rebuild it with optimize.py")
-            self._scoring_sessions[spec.key] = make_session(self.manifest.folder / entry["filename"], self.provider,
-                                                            self.threads, self._profile_dir)
+            self._scoring_sessions[spec.key] = self._session(entry)
         return self._scoring_sessions[spec.key]
 
     # --- voices ----------------------------------------------------------------------------------
