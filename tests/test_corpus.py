@@ -104,8 +104,11 @@ def inputs(build, tmp_path_factory):
         {"id": "twice", "text": "Second of two."},
         *({"id": unsafe, "text": "Never written."} for unsafe in UNSAFE_IDS),
     ]
+    # One file where file names ignore case (macOS, Windows): lines 35 and 36.
+    same_file = [{"id": "Case", "text": "Upper."}, {"id": "case", "text": "Lower."}]
     lines = [json.dumps(row) for row in good[:20]] + ["", '["not", "an", "object"]'] \
-        + [json.dumps(row) for row in bad] + ["{not json"] + [json.dumps(row) for row in good[20:]]
+        + [json.dumps(row) for row in bad] + ["{not json"] + [json.dumps(row) for row in same_file] \
+        + [json.dumps(row) for row in good[20:]]
     (folder / "rows.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder, good
 
@@ -147,7 +150,7 @@ def test_every_good_row_is_spoken_at_its_expected_length(first_run, inputs):
 def test_bad_rows_are_error_records_with_clear_messages(first_run):
     out, result, _ = first_run
     records = results_of(out)
-    assert len(records) == 40 + 4 + len(UNSAFE_IDS) + 2  # every non-blank line, once
+    assert len(records) == 40 + 4 + len(UNSAFE_IDS) + 2 + 2  # every non-blank line, once
     errors = {r["row"]: r for r in records if r["status"] == "error"}
     assert all(r["audio_path"] is None and r["error"] for r in errors.values())
     by_id = {r["id"]: r["error"] for r in errors.values() if r["id"] is not None}
@@ -155,6 +158,9 @@ def test_bad_rows_are_error_records_with_clear_messages(first_run):
     assert "voice file" in by_id["missing-voice"] and "missing.npz not found" in by_id["missing-voice"]
     twice = [r for r in errors.values() if r["id"] == "twice"]
     assert len(twice) == 2 and all('id "twice" is used by 2 rows (line 25, line 26)' in r["error"] for r in twice)
+    for row_id in ("Case", "case"):
+        assert by_id[row_id].startswith('ids "Case" and "case" (equal but for case, so one file where file names '
+                                        'ignore case) are used by 2 rows (line 35, line 36)')
     assert errors["line 22"]["error"].startswith('the row is not a JSON object, got ["not", "an", "object"]')
     assert errors["line 34"]["error"].startswith("the line is not valid JSON")
     unsafe = [r for r in records if r["row"] in {f"line {n}" for n in range(27, 27 + len(UNSAFE_IDS))}]

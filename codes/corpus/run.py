@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import time
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,21 +302,31 @@ def _run(options, checked, ledger: Ledger, model_dir, higgs_dir, model_key, acto
     return summary
 
 
+def _file_key(row_id: str) -> str:
+    """What an id's audio file is called where file names ignore case and Unicode normalisation
+    (macOS, Windows): ids that share it would write one file there."""
+    return unicodedata.normalize("NFC", row_id).casefold()
+
+
 def _plan(checked: list[dict], ledger: Ledger, options, model_key: str) -> tuple[list, list[dict]]:
     """(results known before any synthesis: errors and skipped rows, None for the rest; the rows to speak)."""
     fmt, settings = options.audio_format, options.settings.to_dict()
     where: dict = {}
     for item in checked:
-        where.setdefault(item["id"], []).append(item["row"])
+        if item["id"] is not None:
+            where.setdefault(_file_key(item["id"]), []).append((item["row"], item["id"]))
     results: list[dict | None] = [None] * len(checked)
     todo = []
     for index, item in enumerate(checked):
         row_id, error = item["id"], item["error"]
-        if row_id is not None and len(where[row_id]) > 1:
-            rows = where[row_id]
+        if row_id is not None and len(where[_file_key(row_id)]) > 1:
+            rows, ids = zip(*where[_file_key(row_id)])
             shown = ", ".join(rows[:SHOWN_ERRORS]) + (", ..." if len(rows) > SHOWN_ERRORS else "")
-            duplicate = (f"id {json.dumps(row_id, ensure_ascii=False)} is used by {len(rows)} rows ({shown}); "
-                         "ids must be unique, they name the audio files")
+            names = sorted(set(ids))
+            named = (f"id {json.dumps(row_id, ensure_ascii=False)} is" if len(names) == 1 else
+                     f"ids {' and '.join(json.dumps(n, ensure_ascii=False) for n in names)} (equal but for case, "
+                     "so one file where file names ignore case) are")
+            duplicate = f"{named} used by {len(rows)} rows ({shown}); ids must be unique, they name the audio files"
             error = duplicate if error is None else f"{duplicate}; also: {error}"
         if error is None:
             audio_path = f"{AUDIO_DIR}/{row_id}.{fmt}"
