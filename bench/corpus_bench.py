@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -25,6 +24,8 @@ from datetime import date
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from codes.checks.bench import cpu_info  # noqa: E402  (the checkout's library, run as a script)
 SENTENCES = [
     "The morning train was late again, so we walked along the river instead.",
     "Please keep this receipt until the order arrives.",
@@ -34,8 +35,6 @@ SENTENCES = [
     "If the weather holds, the climb to the summit takes about four hours, with two long rests on the way up.",
 ]
 INSTRUCTS = [None, "female, low pitch", "male, british accent", None]
-ISA_FLAGS = ["sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
-             "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16"]
 SPOKE = re.compile(r"of audio in ([\d.]+) s")
 
 
@@ -62,14 +61,6 @@ def run_layout(model_dir: str, rows: Path, out: Path, actors: int, threads: int,
     records = [json.loads(line) for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
     audio = sum(r["audio_seconds"] for r in records)
     return {"audio_s": audio, "synthesis_s": float(match[1]), "command_s": wall}
-
-
-def cpu_description() -> tuple[str, list[str]]:
-    text = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    model = fields.get("Model name", platform.processor()).strip()
-    flags = fields.get("Flags", "").split()
-    return model, flags
 
 
 def main() -> int:
@@ -102,8 +93,7 @@ def main() -> int:
                 print(f"{actors}x{threads} run {repeat + 1}: {last['audio_s']:.0f} s of audio, "
                       f"synthesis {last['synthesis_s']:.1f} s, command {last['command_s']:.1f} s", file=sys.stderr)
 
-    model, flags = cpu_description()
-    isa = [flag for flag in ISA_FLAGS if flag in flags]
+    model, isa, flags = cpu_info()
     label = args.label or Path(args.model_dir).name
     lines = [
         f"## {label}: {args.rows} rows, {args.num_steps} steps",

@@ -36,7 +36,7 @@ def test_window_index_points_at_each_target_and_repeats_the_last_cell_as_padding
 def test_logits_joined_on_the_device_equal_those_joined_on_the_host(builds, profile):
     """The gpu build casts the embeddings to its fp16 backbone and its hidden states back in glue
     graphs; on the host numpy does the same casts. Both must give the same logits on every target cell."""
-    tts = OmniVoiceOnnx(builds.get(profile), provider="cpu", threads=1)
+    tts = OmniVoiceOnnx(builds.get(profile), provider="cpu", threads=1, step="device")
     assert tts.step == "device"
     glue = read_manifest(builds.get(profile)).data["glue"]
     assert set(glue) == ({"target_windows", "backbone_input"} if profile == "gpu" else {"target_windows"})
@@ -66,10 +66,17 @@ def test_every_step_path_gives_the_same_codes(builds):
 def test_a_backbone_the_glue_does_not_fit_runs_with_the_graphs_joined_on_the_host(builds):
     """The gpu build's fp16 backbone in an fp32 build: the fp32 glue cannot take its hidden states."""
     fp32, gpu = builds.get("cpu_fp32"), builds.get("gpu")
-    tts = OmniVoiceOnnx(fp32, provider="cpu", threads=1, backbone=gpu / specs.BACKBONE.filename)
+    tts = OmniVoiceOnnx(fp32, provider="cpu", threads=1, backbone=gpu / specs.BACKBONE.filename, step="device")
     assert tts.step == "graph" and not tts.forward.on_device
     (codes,), = tts.generate_codes(tts.settle(TEXTS[0]), tts.defaults.replace(num_steps=4))
     assert codes.shape[0] == specs.NUM_CODEBOOKS and (codes < specs.CODEBOOK_SIZE).all()
+
+
+def test_each_provider_runs_its_measured_default_step(builds):
+    """The CPU runs the numpy step (the fastest there, bench/step_results.md); CUDA keeps the step on the device."""
+    assert OmniVoiceOnnx(builds.get("cpu_fp32"), threads=1).step == "numpy"
+    if "CUDAExecutionProvider" in ort.get_available_providers():  # where a GPU exists
+        assert OmniVoiceOnnx(builds.get("cpu_fp32"), provider="cuda").step == "device"
 
 
 def test_an_unknown_step_is_refused(builds):
@@ -77,3 +84,20 @@ def test_an_unknown_step_is_refused(builds):
 
     with pytest.raises(UserError, match="step must be one of device, graph, numpy"):
         OmniVoiceOnnx(builds.get("cpu_fp32"), step="gpu")
+
+
+def test_an_engine_is_freed_as_soon_as_it_is_dropped(builds):
+    """A full-size engine's sessions hold gigabytes: no reference cycle may keep a dropped one alive
+    until the garbage collector happens to run (two alive at batch 32 ran a 24 GB machine out of memory)."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        tts = OmniVoiceOnnx(builds.get(*FP32_BUILD), threads=1, step="device")
+        tts.generate_codes(tts.settle(TEXTS[0]), tts.defaults.replace(num_steps=2))
+        dropped = weakref.ref(tts)
+        del tts
+        assert dropped() is None
+    finally:
+        gc.enable()

@@ -264,25 +264,36 @@ def step_profile(model_dir: Path, case: Case, threads: int, provider: str | None
             "ops": [{"graph": g, "op": op, "s_per_step": t} for g, op, t in per_step]}
 
 
-def machine() -> dict:
-    model = platform.processor()
+# The instruction sets ONNX Runtime's GEMMs choose among: a speed figure means little without them.
+ISA_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx_vnni": "AVX-VNNI", "avx512_vnni": "AVX-512 VNNI",
+             "avx512_bf16": "AVX-512 BF16", "amx_int8": "AMX-INT8", "amx_bf16": "AMX-BF16"}
+
+
+def cpu_info() -> tuple[str, list[str], list[str]]:
+    """The CPU's model name, its instruction sets that matter here (ISA_FLAGS) and all its flags."""
+    model, flags = platform.processor(), []
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        pairs = (line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)
+        fields = {key.strip(): value.strip() for key, value in pairs}  # every core says the same
+        model, flags = fields.get("model name", model), fields.get("flags", "").split()
     except OSError:
         pass
+    return model, [name for flag, name in ISA_FLAGS.items() if flag in flags], flags
+
+
+def machine() -> dict:
     import onnxruntime
 
-    return {"cpu": model, "logical_cpus": os.cpu_count(), "python": platform.python_version(),
+    model, isa, _ = cpu_info()
+    return {"cpu": model, "isa": isa, "logical_cpus": os.cpu_count(), "python": platform.python_version(),
             "onnxruntime": onnxruntime.__version__}
 
 
 def markdown(report: dict) -> str:
     lines = [f"# Benchmark: {report['workload']} workload", "",
              f"Command: `{report['command']}`", "",
-             f"Machine: {report['machine']['cpu']}, {report['threads']} threads; onnxruntime "
+             f"Machine: {report['machine']['cpu']} ({', '.join(report['machine'].get('isa', [])) or 'no AVX2'}), "
+             f"{report['threads']} threads; onnxruntime "
              f"{report['machine']['onnxruntime']}; {report['date']}. Median of {report['repeats']} interleaved runs "
              f"after {report['warmup']} two-step warm-up run(s); deterministic settings (no sampling noise). "
              "s/step is the decoding loop alone (total minus prompt, codec and post-processing); each step is "

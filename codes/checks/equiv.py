@@ -104,7 +104,7 @@ def glue_rows(manifest, embed_session, backbone: BackboneRunner, heads_session, 
     if not glue:
         return []
     # The provider's name is the ONNX Runtime device the outputs are left on.
-    forward = StepForward(embed_session, backbone, heads_session, glue, provider, lambda _, fn, *a: fn(*a))
+    forward = StepForward(embed_session, backbone, heads_session, glue, provider)
     if not forward.on_device:
         return [Row("step on the device (glue graphs)", "-", bound="glue must fit the graphs", passed=False,
                     note="the glue graphs do not take or give the backbone's types; rebuild with optimize.py")]

@@ -16,6 +16,7 @@ Torch-free: this is runtime code.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,14 @@ import onnxruntime as ort
 from codes.runtime import specs
 from codes.runtime.prompt import CfgBatch
 from codes.runtime.sessions import BackboneRunner, run_bound
+
+
+def timed(timings: dict[str, float], stage: str, fn, *args):
+    """fn(*args), its seconds added to timings[stage]."""
+    start = time.perf_counter()
+    result = fn(*args)
+    timings[stage] = timings.get(stage, 0.0) + time.perf_counter() - start
+    return result
 
 
 def window_index(batch: CfgBatch, target_lens: list[int]) -> np.ndarray:
@@ -51,11 +60,12 @@ class StepForward:
     """The three model graphs of one step and, where the build has them and they fit, its glue."""
 
     def __init__(self, embeddings: ort.InferenceSession, backbone: BackboneRunner, heads: ort.InferenceSession,
-                 glue: dict[str, ort.InferenceSession], device: str, timed):
+                 glue: dict[str, ort.InferenceSession], device: str, timings: dict[str, float] | None = None):
         """glue: the build's glue sessions by key (empty: the host joins the graphs).
-        timed(stage, fn, *args): runs fn, adding its seconds to the stage."""
+        timings: seconds per stage, added to as the graphs run."""
         self.embeddings, self.backbone, self.heads = embeddings, backbone, heads
-        self.device, self._timed = device, timed
+        self.device = device
+        self.timings = timings if timings is not None else {}
         self.glue = glue if glue_fits(embeddings, backbone, heads, glue) else {}
         self._prompt: tuple[CfgBatch, np.ndarray] | None = None  # see _prompt_embeddings
         self._placed: _Placed | None = None
@@ -63,6 +73,9 @@ class StepForward:
     @property
     def on_device(self) -> bool:
         return bool(self.glue)
+
+    def _timed(self, stage: str, fn, *args):
+        return timed(self.timings, stage, fn, *args)
 
     # --- on the host ---------------------------------------------------------------------------
 

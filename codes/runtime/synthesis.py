@@ -23,7 +23,7 @@ from codes.common.fileio import atomic_path
 from codes.runtime.manifest import read_manifest
 from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
 from codes.runtime.probe import CAUSAL_ADVICE
-from codes.runtime.forward import StepForward
+from codes.runtime.forward import StepForward, timed
 from codes.runtime.sessions import make_session, open_backbone, providers_for, resolve_provider, run_bound
 from codes.runtime.settings import GenerationSettings
 from codes.runtime import specs
@@ -36,6 +36,10 @@ logger = logging.getLogger(__name__)
 
 VOICE_FORMAT_VERSION = 1
 STEPS = ("device", "graph", "numpy")
+# The step each provider runs unless told: measured side by side in bench/step_results.md (docs/DESIGN.md
+# §step-on-device). On the CPU every tensor is on the host anyway, and numpy's maths on the cells it
+# needs costs least; on CUDA the step stays on the device.
+DEFAULT_STEP = {"cpu": "numpy", "cuda": "device"}
 
 
 @dataclass
@@ -79,11 +83,12 @@ class Request:
 class OmniVoiceOnnx:
     def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str | None = None,
                  threads: int | None = None, profile_dir: Path | None = None, backbone: str | Path | None = None,
-                 step: str = "device"):
+                 step: str | None = None):
         """provider: cpu or cuda; None follows the build (a gpu build runs on CUDA where ONNX Runtime offers it).
 
         backbone: a backbone graph to use instead of the folder's (a bidirectional re-export, say).
-        step: how a decoding step runs, as far as the folder allows (the chosen one is `self.step`):
+        step: how a decoding step runs, as far as the folder allows (the chosen one is `self.step`);
+        None: the provider's default (DEFAULT_STEP).
           "device": the whole step on the execution provider, the graphs joined by the build's glue
                     graphs, only tokens and scores back to the host;
           "graph":  the graphs joined on the host, cells scored by the build's cell-scoring graphs;
@@ -98,9 +103,10 @@ class OmniVoiceOnnx:
             )
         if backbone is None and self.manifest.attention not in ("bidirectional", "unknown"):
             raise UserError(f"{model_dir} holds a {self.manifest.attention} backbone: {CAUSAL_ADVICE}")
-        if step not in STEPS:
+        if step is not None and step not in STEPS:
             raise UserError(f"step must be one of {', '.join(STEPS)}, got {step!r}")
         self.provider = resolve_provider(provider, self.manifest.data.get("execution_provider"))
+        step = step or DEFAULT_STEP[self.provider]
         self.threads = threads
         self._profile_dir = profile_dir
         self.timings: defaultdict[str, float] = defaultdict(float)  # seconds per stage, accumulated
@@ -113,7 +119,7 @@ class OmniVoiceOnnx:
         glue = ({key: self._session(entry) for key, entry in self.manifest.data.get("glue", {}).items()}
                 if step == "device" and has_scoring else {})
         # The provider's name (cpu, cuda) is the ONNX Runtime device a step's tensors are left on.
-        self.forward = StepForward(embeddings, backbone_runner, heads, glue, self.provider, self._timed)
+        self.forward = StepForward(embeddings, backbone_runner, heads, glue, self.provider, self.timings)
         # What the folder allows of what was asked: the device needs glue and scoring graphs that fit,
         # the graph path scoring graphs (published folders have neither).
         self.step = ("device" if self.forward.on_device else "graph") if step != "numpy" and has_scoring else "numpy"
@@ -139,10 +145,7 @@ class OmniVoiceOnnx:
     # --- one step: embeddings -> backbone -> heads -> cell scores --------------------------------
 
     def _timed(self, stage: str, fn, *args):
-        start = time.perf_counter()
-        result = fn(*args)
-        self.timings[stage] += time.perf_counter() - start
-        return result
+        return timed(self.timings, stage, fn, *args)
 
     def target_logits(self, input_ids: np.ndarray, batch: CfgBatch, target_lens: list[int]):
         """Each item's (cond, uncond) target logits, [8, T_i, V] each, on the host."""
