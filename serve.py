@@ -22,6 +22,8 @@ from codes.common.errors import UserError, run_cli
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from codes.serve.voices import PIN_SECONDS
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", type=Path, help="a build folder (default: models/omnivoice-cpu)")
     p.add_argument("--higgs_dir", type=Path, help="a codec folder or a build holding one (default: the model's)")
@@ -36,18 +38,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-input-chars", dest="max_input_chars", type=int, default=4096)
     p.add_argument("--request-timeout", dest="request_timeout", type=float, default=300.0,
                    help="seconds a request may wait for its first audio before 504")
+    p.add_argument("--pin-seconds", dest="pin_seconds", type=float, default=PIN_SECONDS,
+                   help="length of a design voice's pinned reference; shorter makes every step cheaper "
+                        "(default: %(default)s, see docs/DESIGN.md §pin-length)")
+    p.add_argument("--preload-voices", dest="preload_voices", default="",
+                   help="design voices to pin at startup, before /health turns 200: all, or NAME,NAME,...")
+    p.add_argument("--max-ref-seconds", dest="max_ref_seconds", type=float,
+                   help="trim saved voices longer than this when they are used (default: use them as given)")
     p.add_argument("--provider", choices=("cpu", "cuda"), help="execution provider (default: the build's)")
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
     return p.parse_args(argv)
+
+
+def _preload_names(value: str, known) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if names == ["all"]:
+        return list(known)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UserError(f"--preload-voices: unknown design voice(s) {', '.join(unknown)}; use all or some of "
+                        f"{', '.join(known)}")
+    return names
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     import uvicorn
 
-    from codes.runtime.manifest import find_builds
+    from codes.runtime.manifest import find_builds, read_manifest
     from codes.serve.app import ServerConfig, ServerState, create_app
-    from codes.serve.voices import VoiceBook
+    from codes.serve.voices import DESIGN_VOICES, PIN_FOLDER, DesignPins, PinSettings, VoiceBook, Voices
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     for name, value in (("--max-batch", args.max_batch), ("--max-queue", args.max_queue),
@@ -57,10 +77,13 @@ def main(argv=None) -> int:
     if not args.request_timeout > 0:
         raise UserError(f"--request-timeout must be > 0 seconds, got {args.request_timeout}")
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
+    preload = _preload_names(args.preload_voices, DESIGN_VOICES)
     try:
-        voices = VoiceBook(args.voices_dir)
+        book = VoiceBook(args.voices_dir)
     except OSError as exc:
         raise UserError(f"cannot use --voices_dir {args.voices_dir} ({exc.strerror}); choose another folder") from None
+    pins = DesignPins(args.voices_dir / PIN_FOLDER, read_manifest(model_dir).identity(), PinSettings(seconds=args.pin_seconds))
+    voices = Voices(book, pins, args.max_ref_seconds)
     config = ServerConfig(args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY") or None,
                           args.max_input_chars, args.request_timeout)
     state = ServerState(config, voices)
@@ -77,7 +100,9 @@ def main(argv=None) -> int:
             tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads)
             tts.codec.load_decoder()
             synth = Synthesizer(tts, args.max_batch, args.max_queue)
+            synth.warm_up()
             synth.start()
+            voices.preload(synth, preload)
         except BaseException as exc:  # reported by the main thread, which stops the server
             failure.append(exc)
             server.should_exit = True
@@ -85,8 +110,8 @@ def main(argv=None) -> int:
         state.synth = synth
         while not server.started and not server.should_exit:
             time.sleep(0.05)
-        print(f"ready: http://{args.host}:{args.port} ({model_dir.name}, loaded in {time.perf_counter() - start:.1f} s)",
-              flush=True)
+        print(f"ready: http://{args.host}:{args.port} ({model_dir.name}, loaded in {time.perf_counter() - start:.1f} s; "
+              f"design voices pinned: {pins.synthesized} synthesized, {pins.loaded} from {pins.folder})", flush=True)
 
     threading.Thread(target=load, name="omnivoice-load", daemon=True).start()
     server.run()

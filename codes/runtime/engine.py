@@ -1,16 +1,26 @@
 """Step-level batching: one thread owns the model and runs decoding steps over whatever work is there.
 
-A work item (one utterance, or one sentence of a longer text) joins the running batch at the next
+A work item (one utterance, or one sentence of a longer text) joins the running batch at a
 decoding-step boundary with its own step counter, schedule, settings and noise generator, and
-leaves when its last step is done. The CFG batch is rebuilt from the items present at each step,
+leaves when its last step is done. The CFG batch is rebuilt from the items chosen for each step,
 the cells are scored with each item's own settings and noise, and the reveal is each item's own:
 an item's codes do not depend on what else shares its steps, and equal `generate_codes` for the
 same request, settings and noise. (On fp32, fp16 and int4 builds exactly; a dynamic int8 graph
 quantizes activations with one scale over the whole batch, so there its neighbours move it slightly.)
+
+Latency first (docs/DESIGN.md §scheduling): each step takes the items in order of need, urgent
+ones (a request's first chunk, a voice someone waits on) before the rest, then by when each is
+due. An item not chosen for a step just waits: its state is its tokens and step counter, so
+pausing costs nothing. Beside an urgent item another joins only where batching is nearly free:
+where the tokens it adds cost less than a step's fixed cost, by a cost model fitted to the
+steps this engine ran (StepCost). On a CPU, where a step's cost is its tokens, urgent items run
+one after another; on a device with room to spare they share steps. Items that are not urgent
+fill the batch up to max_batch, for throughput.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import deque
@@ -20,10 +30,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.runtime.decoding import NoiseSource, reveal_schedule, reveal_top_k
+from codes.runtime.decoding import NoiseSource, RandomNoise, reveal_schedule, reveal_top_k
 from codes.runtime.prompt import build_cfg_batch, build_prompt
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import AUDIO_MASK_ID, FRAME_RATE
+
+_SEQUENCE = itertools.count()
 
 
 class QueueFull(UserError):
@@ -38,16 +50,55 @@ class WorkItem:
     settings: GenerationSettings
     noise: NoiseSource
     schedule: list[int]
+    urgent: bool = False  # someone waits on it for first audio
+    due: float | None = None  # perf_counter time its codes are needed by (None: now)
     future: Future = field(default_factory=Future)
     step_index: int = 0
     max_shared: int = 0  # the most items it shared a decoding step with, itself included
+    cancelled: bool = False  # set by cancel(); the engine drops it at the next step boundary
     queued_at: float = field(default_factory=time.perf_counter)
     started_at: float | None = None
     finished_at: float | None = None
+    order: int = field(default_factory=lambda: next(_SEQUENCE))
 
     @property
     def tokens(self) -> np.ndarray:
         return self.prompt[:, -self.target_len:]
+
+    def priority(self) -> tuple:
+        return (not self.urgent, self.queued_at if self.due is None else self.due, self.order)
+
+
+def step_tokens(items) -> int:
+    """Positions a step's backbone runs for these items: conditional rows padded to the longest
+    prompt, unconditional rows to the longest target (codes/runtime/forward.py)."""
+    return len(items) * (max(item.prompt.shape[1] for item in items) + max(item.target_len for item in items))
+
+
+class StepCost:
+    """A step's seconds as fixed + per_token x tokens, fitted by least squares to recent steps.
+
+    Unknown until the steps seen differ enough in size to separate the two terms.
+    """
+
+    def __init__(self, window: int = 256, spread: float = 1.3):
+        self.samples: deque[tuple[int, float]] = deque(maxlen=window)
+        self.spread = spread
+        self.fixed: float | None = None
+        self.per_token: float | None = None
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        self.samples.append((tokens, seconds))
+        sizes = [t for t, _ in self.samples]
+        if len(self.samples) >= 2 and max(sizes) >= self.spread * min(sizes):
+            slope, intercept = np.polyfit(np.array(sizes, float), np.array([s for _, s in self.samples]), 1)
+            self.per_token, self.fixed = max(float(slope), 0.0), max(float(intercept), 0.0)
+
+    def nearly_free(self, extra_tokens: int) -> bool:
+        """Whether adding extra_tokens to a step costs less than a step's fixed cost (unknown: yes)."""
+        if self.per_token is None:
+            return True
+        return self.per_token * extra_tokens <= self.fixed
 
 
 class StepEngine:
@@ -55,36 +106,45 @@ class StepEngine:
         if max_batch < 1 or max_queue < 1:
             raise UserError(f"max batch and max queue must be >= 1, got {max_batch} and {max_queue}")
         self.tts, self.max_batch, self.max_queue = tts, max_batch, max_queue
-        self._waiting: deque[WorkItem] = deque()
-        self._running: list[WorkItem] = []
-        self._cancelled: set[int] = set()
+        self.cost = StepCost()
+        self._items: list[WorkItem] = []  # submitted, not finished: waiting, running or paused
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self.steps_run = 0
+        self.last_step: list[WorkItem] = []  # the items of the latest step, in the order they were chosen
 
     # --- the client side (any thread) ------------------------------------------------------------
 
-    def submit(self, request, settings: GenerationSettings, noise: NoiseSource) -> WorkItem:
-        """Queue one settled request (short enough for one chunk); it joins at the next step."""
+    def submit(self, request, settings: GenerationSettings, noise: NoiseSource, urgent: bool = False,
+               due: float | None = None) -> WorkItem:
+        """Queue one settled request (short enough for one chunk); it joins at a step boundary.
+
+        urgent: someone waits on it for first audio; due: when its codes are needed (perf_counter).
+        """
         if request.target_len > int(settings.audio_chunk_threshold * FRAME_RATE):
             raise UserError("a work item is one chunk: split long text into sentences before submitting it")
+        item = self.make_item(request, settings, noise)
+        item.urgent, item.due = urgent, due
+        with self._wake:
+            if len(self._items) >= self.max_queue:
+                raise QueueFull(f"the server is busy ({self.max_queue} items queued or running); retry shortly")
+            self._items.append(item)
+            self._wake.notify()
+        return item
+
+    def make_item(self, request, settings: GenerationSettings, noise: NoiseSource) -> WorkItem:
         voice = request.voice
         prompt = build_prompt(self.tts.tokenizer, request.text, request.target_len,
                               ref_text=voice.text if voice else None, ref_codes=voice.codes if voice else None,
                               lang=request.lang, instruct=request.instruct, denoise=settings.denoise)
-        item = WorkItem(prompt.input_ids.copy(), prompt.audio_mask, request.target_len, settings, noise,
+        return WorkItem(prompt.input_ids.copy(), prompt.audio_mask, request.target_len, settings, noise,
                         reveal_schedule(request.target_len, settings.num_steps, settings.t_shift))
-        with self._wake:
-            if len(self._waiting) + len(self._running) >= self.max_queue:
-                raise QueueFull(f"the server is busy ({self.max_queue} items queued or running); retry shortly")
-            self._waiting.append(item)
-            self._wake.notify()
-        return item
 
     def cancel(self, item: WorkItem) -> None:
         """Take the item out at the next step boundary (a client went away)."""
         with self._wake:
-            self._cancelled.add(id(item))
+            item.cancelled = True
             self._wake.notify()
 
     def start(self) -> None:
@@ -100,42 +160,73 @@ class StepEngine:
             self._thread.join()
             self._thread = None
 
+    def warm_up(self, requests) -> None:
+        """Run two steps of each list of requests, before serving: the sessions meet real shapes
+        (the first runs of a session allocate and are slow) and the cost model gets its first sizes.
+        Call before start(); nothing is kept."""
+        settings = GenerationSettings(num_steps=2)
+        for batch in requests:
+            items = [self.make_item(request, settings, RandomNoise(0)) for request in batch]
+            self.step(items)
+            self._timed_step(items)
+
     # --- the engine thread ----------------------------------------------------------------------
 
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._stopping and not (self._waiting or self._running):
+                while not self._stopping and not self._items:
                     self._wake.wait()
                 if self._stopping:
-                    for item in (*self._waiting, *self._running):
+                    for item in self._items:
                         _abandon(item)
+                    self._items = []
                     return
-                self._admit()
-            if self._running:
+                chosen = self._choose()
+            if chosen:
+                failure = None
                 try:
-                    self.step()
+                    finished = self._timed_step(chosen)
                 except Exception as exc:  # a failing step fails its items, never the engine
-                    for item in self._running:
-                        item.future.set_exception(exc)
-                    self._running = []
+                    finished, failure = chosen, exc
+                with self._wake:  # out of the queue before anyone hears, so their room is free
+                    self._items = [item for item in self._items if item not in finished]
+                for item in finished:
+                    if failure is not None:
+                        item.future.set_exception(failure)
+                    elif not item.future.done():
+                        item.future.set_result(item.tokens.copy())
 
-    def _admit(self) -> None:
-        """Drop cancelled items, then let waiting ones join up to max_batch (caller holds the lock)."""
-        for queue in (self._waiting, self._running):
-            for item in [i for i in queue if id(i) in self._cancelled]:
-                queue.remove(item)
-                self._cancelled.discard(id(item))
-                _abandon(item)
-        while self._waiting and len(self._running) < self.max_batch:
-            item = self._waiting.popleft()
-            if item.future.set_running_or_notify_cancel():
+    def _choose(self) -> list[WorkItem]:
+        """Drop cancelled items, then pick this step's items in order of need (caller holds the lock)."""
+        for item in [i for i in self._items if i.cancelled]:
+            self._items.remove(item)
+            _abandon(item)
+        chosen: list[WorkItem] = []
+        for item in sorted(self._items, key=WorkItem.priority):
+            if len(chosen) >= self.max_batch:
+                break
+            if chosen and any(c.urgent for c in chosen):
+                if not self.cost.nearly_free(step_tokens([*chosen, item]) - step_tokens(chosen)):
+                    continue
+            if item.started_at is None:
+                if not item.future.set_running_or_notify_cancel():  # cancelled through its future
+                    item.cancelled = True
+                    continue
                 item.started_at = time.perf_counter()
-                self._running.append(item)
+            chosen.append(item)
+        self.last_step = chosen
+        return chosen
 
-    def step(self) -> None:
-        """One decoding step of every running item; finished items leave with their codes."""
-        items = self._running
+    def _timed_step(self, items: list[WorkItem]) -> list[WorkItem]:
+        start = time.perf_counter()
+        finished = self.step(items)
+        self.cost.observe(step_tokens(items), time.perf_counter() - start)
+        self.steps_run += 1
+        return finished
+
+    def step(self, items: list[WorkItem]) -> list[WorkItem]:
+        """One decoding step of `items`; returns those whose last step it was (their codes: item.tokens)."""
         target_lens = [item.target_len for item in items]
         batch = build_cfg_batch([(item.prompt, item.audio_mask) for item in items], target_lens)
         reveal_counts = [item.schedule[item.step_index] for item in items]
@@ -147,10 +238,9 @@ class StepEngine:
                 item.prompt[:, -item.target_len:] = reveal_top_k(item.tokens, *cells, count, AUDIO_MASK_ID)
             item.step_index += 1
         finished = [item for item in items if item.step_index >= len(item.schedule)]
-        self._running = [item for item in items if item not in finished]
         for item in finished:
             item.finished_at = time.perf_counter()
-            item.future.set_result(item.tokens.copy())
+        return finished
 
 
 def _abandon(item: WorkItem) -> None:

@@ -6,6 +6,7 @@ higgs_inference.py. Torch-free: the runtime imports this.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,19 @@ class Manifest:
         if not codec.is_codec:
             raise UserError(f"{codec.folder} is not a codec build; rebuild it with optimize.py --higgs-only")
         return codec.codec()
+
+    def identity(self) -> str:
+        """A short id of the graphs this build runs: from the files' sha256 where the manifest has them,
+        else (a published folder) from the graph files' names, sizes and times."""
+        files = self.data.get("files")
+        if not files:
+            files = {}
+            for entry in self.sub_models.values():
+                path = self.folder / entry.get("filename", "")
+                stat = path.stat() if path.is_file() else None
+                files[path.name] = [stat.st_size, stat.st_mtime_ns] if stat else None
+        blob = json.dumps(files, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
 
     def verify_hashes(self) -> None:
         for name, digest in self.data.get("files", {}).items():

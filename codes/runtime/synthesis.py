@@ -48,13 +48,14 @@ class Voice:
 
     codes: np.ndarray  # [8, T_ref] int64
     text: str
-    rms: float
+    rms: float | None  # None: a synthesized reference, which sets no loudness
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
         with atomic_path(path, suffix=".npz") as tmp:
             with open(tmp, "wb") as f:
-                np.savez(f, codes=self.codes, text=np.array(self.text), rms=np.array(self.rms),
+                np.savez(f, codes=self.codes, text=np.array(self.text),
+                         rms=np.array(np.nan if self.rms is None else self.rms, dtype=np.float64),
                          format_version=np.array(VOICE_FORMAT_VERSION))
 
     @classmethod
@@ -63,7 +64,8 @@ class Voice:
             with np.load(path, allow_pickle=False) as data:
                 if int(data["format_version"]) != VOICE_FORMAT_VERSION:
                     raise UserError(f"{path} is a voice file of another format version; save it again with --save_voice")
-                return cls(check_ref_codes(data["codes"]), str(data["text"]), float(data["rms"]))
+                rms = float(data["rms"])
+                return cls(check_ref_codes(data["codes"]), str(data["text"]), None if np.isnan(rms) else rms)
         except (OSError, ValueError, KeyError) as exc:
             raise UserError(f"cannot read voice file {path} ({type(exc).__name__}); save one with --save_voice") from None
 

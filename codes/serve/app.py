@@ -26,15 +26,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from codes.common.errors import UserError
-from codes.runtime.decoding import RandomNoise
+from codes.runtime.chunks import stream_chunks
 from codes.runtime.engine import QueueFull
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import SAMPLE_RATE
-from codes.runtime.synthesis import Voice
-from codes.runtime.voice_design import resolve_instruct
 from codes.serve.encode import CONTENT_TYPES, StreamEncoder, check_format
-from codes.serve.speech import SpeechJob, Synthesizer, settle_sentences, split_for_streaming
-from codes.serve.voices import DESIGN_VOICES, PIN_SEED, PIN_TEXT, VoiceBook, voice_id
+from codes.serve.speech import SpeechJob, Synthesizer, settle_sentences
+from codes.serve.voices import DESIGN_VOICES, Voices, voice_id
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -71,9 +69,8 @@ class ServerConfig:
 @dataclass
 class ServerState:
     config: ServerConfig
-    voices: VoiceBook
-    synth: Synthesizer | None = None  # None until the model is loaded
-    pin_tasks: dict = field(default_factory=dict)  # resolved instruct -> asyncio.Task of its pinned Voice
+    voices: Voices
+    synth: Synthesizer | None = None  # None until the model is loaded, warmed and its preloads pinned
     request_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def ready(self) -> Synthesizer:
@@ -166,32 +163,15 @@ def parse_speech(body, max_chars: int) -> SpeechParams:
                         duration, seed, settings)
 
 
-# --- voices ----------------------------------------------------------------------------------------
-
-async def _pin(synth: Synthesizer, instruct: str) -> Voice:
-    """The design voice's reference: PIN_TEXT at default settings and a fixed seed, kept as a clone prompt."""
-    request = synth.tts.settle([PIN_TEXT], "en", instruct, None)[0]
-    item = synth.submit(request, DEFAULT_SETTINGS, RandomNoise(PIN_SEED))
-    codes = await synth.codes(item)
-    logger.info("pinned voice design %r (%d frames)", instruct, codes.shape[1])
-    return Voice(codes, PIN_TEXT, None)  # rms None: a synthesized reference sets no loudness
-
+# --- voices ---------------------------------------------------------------------------------------
 
 async def resolve_voice(state: ServerState, synth: Synthesizer, name: str, instructions: str | None, text: str):
-    """(clone prompt, instruct) for a request: a design voice pinned by its instruct, or a saved voice."""
-    from codes.runtime.text import contains_chinese
-
-    if name in DESIGN_VOICES:
-        instruct = resolve_instruct(instructions or DESIGN_VOICES[name], use_zh=contains_chinese(text))
-        task = state.pin_tasks.get(instruct)
-        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
-            task = state.pin_tasks[instruct] = asyncio.ensure_future(_pin(synth, instruct))
-        # shield: a request that times out or leaves does not take the pinning down with it
-        return await asyncio.shield(task), None
-    path = state.voices.saved_path(name)
-    if path is None:
-        raise ApiError(400, str(state.voices.unknown_voice(name)), "voice", "voice_not_found")
-    return Voice.load(path), (instructions or None)
+    try:
+        return await state.voices.resolve(synth, name, instructions, text)
+    except UserError as exc:
+        if name in DESIGN_VOICES:
+            raise ApiError(400, str(exc), "instructions") from None
+        raise ApiError(400, str(exc), "voice", "voice_not_found") from None
 
 
 def _read_clip(data: bytes) -> tuple[np.ndarray, int]:
@@ -274,7 +254,7 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/v1/audio/voices")
     async def list_voices():
-        return {"voices": state.voices.listing()}
+        return {"voices": state.voices.book.listing()}
 
     @app.post("/v1/audio/voices")
     async def add_voice(request: Request):
@@ -291,7 +271,7 @@ def create_app(state: ServerState) -> FastAPI:
         wav, rate = _read_clip(await upload.read())
         loop = asyncio.get_running_loop()
         voice = await loop.run_in_executor(synth.decode_pool, synth.tts.create_voice, (wav, rate), transcript)
-        state.voices.save(vid, voice)
+        state.voices.book.save(vid, voice)
         logger.info("saved voice %s (%d frames)", vid, voice.codes.shape[1])
         return {"id": vid, "name": vid}
 
@@ -299,8 +279,8 @@ def create_app(state: ServerState) -> FastAPI:
     async def delete_voice(vid: str):
         if vid in DESIGN_VOICES:
             raise ApiError(400, f"{vid!r} is a built-in voice and cannot be deleted", "voice")
-        if not state.voices.delete(vid):
-            raise ApiError(404, str(state.voices.unknown_voice(vid)), "voice", "voice_not_found")
+        if not state.voices.book.delete(vid):
+            raise ApiError(404, str(state.voices.book.unknown_voice(vid)), "voice", "voice_not_found")
         return {"id": vid, "deleted": True}
 
     @app.post("/v1/audio/speech")
@@ -316,7 +296,7 @@ def create_app(state: ServerState) -> FastAPI:
         job_box: list[SpeechJob] = []
 
         async def prepare():
-            chunks = split_for_streaming(params.text)
+            chunks = stream_chunks(params.text)
             if not chunks:
                 raise ApiError(400, "input has nothing to speak", "input")
             voice, instruct = await resolve_voice(state, synth, params.voice, params.instructions, params.text)

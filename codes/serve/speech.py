@@ -1,13 +1,14 @@
-"""One speech request as sentence work items on the step engine, audio out in order as each is ready.
+"""One speech request as chunk work items on the step engine, audio out in order as each is ready.
 
-The text is split into sentences with the project's text rules; the first chunk is the first sentence
-alone, so the first audio comes early, and later chunks group sentences up to CHUNK_CHARS. Items are
-submitted in order of need: a sentence's successor joins the engine when the sentence's codes are done,
-so it is made while the sentence is decoded and played, and a request's first sentence never shares
+The text is cut into chunks by codes/runtime/chunks.py: a first clause, so the first audio comes
+early, then pieces that grow back to whole sentences. Items are submitted in order of need: the
+first chunk is urgent (the engine runs it ahead of other requests' later chunks), and a chunk's
+successor joins the engine when the chunk's codes are done, due when the chunk's audio will have
+played, so it is made while the chunk is decoded and played. A request's first chunk never shares
 its steps with its own later ones (on a CPU a step's cost grows with its rows: measured on the tiny
-build, submitting two at once took the first audio from 0.9 s to 2.5 s). Every sentence clones the same voice prompt, and sentence i of a
-seeded request draws its noise from seed + i (a one-sentence request from the seed itself, as
-inference.py --seed does).
+build, submitting two at once took the first audio from 0.9 s to 2.5 s). Every chunk clones the
+same voice prompt, and chunk i of a seeded request draws its noise from seed + i (a one-chunk
+request from the seed itself, as inference.py --seed does).
 """
 
 from __future__ import annotations
@@ -27,31 +28,11 @@ from codes.runtime.engine import QueueFull, StepEngine, WorkItem
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx, Request, Voice
-from codes.runtime.text import split_sentences
 
 logger = logging.getLogger("omnivoice.serve")
 
-CHUNK_CHARS = 200  # later chunks: whole sentences up to this many characters
 LOOKAHEAD = 1  # sentences submitted ahead once the current one's codes are done
 QUEUE_RETRY_S = 0.05  # a later sentence that meets a full queue waits for room rather than failing
-
-
-def split_for_streaming(text: str, chunk_chars: int = CHUNK_CHARS) -> list[str]:
-    """The first sentence alone, then whole sentences grouped up to `chunk_chars` (a longer one stays whole)."""
-    sentences = [s for s in ("".join(chars).strip() for chars in split_sentences(text)) if s]
-    if not sentences:
-        return []
-    chunks = [sentences[0]]
-    current = ""
-    for sentence in sentences[1:]:
-        if current and len(current) + 1 + len(sentence) > chunk_chars:
-            chunks.append(current)
-            current = sentence
-        else:
-            current = f"{current} {sentence}" if current else sentence
-    if current:
-        chunks.append(current)
-    return chunks
 
 
 class Synthesizer:
@@ -71,8 +52,17 @@ class Synthesizer:
         self.engine.stop()
         self.decode_pool.shutdown(wait=False, cancel_futures=True)
 
-    def submit(self, request: Request, settings: GenerationSettings, noise) -> WorkItem:
-        item = self.engine.submit(request, settings, noise)
+    def warm_up(self) -> None:
+        """Before serving: steps at two sizes (warm sessions, and the engine's cost model) and one
+        codec decode, so the first request pays no first-run cost. Before start()."""
+        short = Request("Hello.", None, None, None, FRAME_RATE, 1.0)
+        longer = Request("Hello there, how are you today?", None, None, None, 4 * FRAME_RATE, 1.0)
+        self.engine.warm_up([[short], [longer, longer]])
+        self.tts.decode([np.zeros((8, FRAME_RATE), np.int64)], None, GenerationSettings())
+
+    def submit(self, request: Request, settings: GenerationSettings, noise, urgent: bool = False,
+               due: float | None = None) -> WorkItem:
+        item = self.engine.submit(request, settings, noise, urgent=urgent, due=due)
         self.outstanding.add(item)
         item.future.add_done_callback(lambda _: self.outstanding.discard(item))
         return item
@@ -110,7 +100,10 @@ class SpeechJob:
 
     def _submit(self, index: int) -> None:
         noise = RandomNoise(None if self.seed is None else self.seed + index)
-        self.items[index] = self.synth.submit(self.requests[index], self.settings, noise)
+        due = None
+        if index > 0:  # needed once the chunk before it has played
+            due = time.perf_counter() + self.requests[index - 1].target_len / FRAME_RATE
+        self.items[index] = self.synth.submit(self.requests[index], self.settings, noise, urgent=index == 0, due=due)
 
     def start(self) -> None:
         """Submit the first sentences; QueueFull here is the request's 429, before any response."""

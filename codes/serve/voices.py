@@ -1,21 +1,41 @@
 """Voices that stay the same: OpenAI's names as pinned voice designs, and saved voices on disk.
 
 A design voice (an instruct) would sound different in every request and every sentence, since each
-draws its own speaker. So its first use synthesizes a reference sentence with a fixed seed and keeps
-the codes as a clone prompt ("pinned"); every later sentence clones that prompt.
+draws its own speaker. So it is pinned: a short reference sentence is synthesized once with a fixed
+seed and its codes kept as a clone prompt that every later sentence clones. Pins are kept in
+`<voices_dir>/pinned/`, one .npz (and a .json saying what it is) per build, instruct and pin
+settings, so a restart loads them instead of pinning again; delete the folder to pin anew.
+The pin is --pin-seconds long: its tokens ride along in every step of every sentence that clones
+it (docs/DESIGN.md §pin-length).
 Saved voices are the .npz files inference.py --save_voice writes, in one folder; an id is a file
-name without .npz and never reaches outside that folder.
+name without .npz and never reaches outside that folder. Protocol-neutral: every server door uses it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import logging
 import re
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from codes.common.errors import UserError
+from codes.common.fileio import write_json_atomic
+from codes.runtime.decoding import RandomNoise
+from codes.runtime.duration import estimate_target_tokens
+from codes.runtime.reference import trim_voice
+from codes.runtime.settings import GenerationSettings
+from codes.runtime.specs import FRAME_RATE
 from codes.runtime.synthesis import Voice
+from codes.runtime.text import contains_chinese
 from codes.runtime.voice_design import resolve_instruct
+
+logger = logging.getLogger("omnivoice.serve")
 
 # OpenAI's voice names -> voice-design instructs (items from codes/runtime/data/instruct.json).
 DESIGN_VOICES = {
@@ -33,8 +53,13 @@ DESIGN_VOICES = {
     "marin": "female, middle-aged, moderate pitch, canadian accent",
     "cedar": "male, elderly, low pitch, american accent",
 }
-PIN_TEXT = "The quick brown fox jumps over the lazy dog, then rests in the warm afternoon sun."
+# Pin sentences, shortest first: a pin speaks the longest one that fits its seconds at a natural pace.
+PIN_TEXTS = ("Hello there, how are you?",
+             "The quick brown fox jumps over the lazy dog.",
+             "The quick brown fox jumps over the lazy dog, then rests in the warm afternoon sun.")
 PIN_SEED = 1234
+PIN_SECONDS = 2.0  # measured: docs/DESIGN.md §pin-length
+PIN_FOLDER = "pinned"
 _ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
@@ -54,8 +79,6 @@ class VoiceBook:
     def __init__(self, folder: Path):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.pinned: dict[str, Voice] = {}  # resolved instruct -> its pinned clone prompt
-        self.pin_locks: dict[str, asyncio.Lock] = {}  # one pinning per instruct, however many ask at once
         for name, instruct in DESIGN_VOICES.items():
             resolve_instruct(instruct)  # a bad table entry fails at start, not in a request
 
@@ -82,9 +105,6 @@ class VoiceBook:
     def unknown_voice(self, vid) -> UserError:
         return UserError(f"unknown voice {vid!r}; known voices: {self.known()}")
 
-    def lock_for(self, instruct: str) -> asyncio.Lock:
-        return self.pin_locks.setdefault(instruct, asyncio.Lock())
-
     def save(self, vid: str, voice: Voice) -> None:
         path = self.folder / f"{vid}.npz"
         if path.exists():
@@ -97,3 +117,129 @@ class VoiceBook:
             return False
         path.unlink()
         return True
+
+
+def canonical_instruct(instruct: str) -> str:
+    """A resolved instruct with its items in one order, so "a, b" and "b, a" are one pinned voice."""
+    separator = "，" if "，" in instruct else ", "
+    return separator.join(sorted(instruct.split(separator)))
+
+
+@dataclass(frozen=True)
+class PinSettings:
+    """What a pin is made with; part of its key on disk."""
+
+    seconds: float = PIN_SECONDS
+    seed: int = PIN_SEED
+    num_steps: int = GenerationSettings().num_steps
+
+    @property
+    def text(self) -> str:
+        frames = self.seconds * FRAME_RATE
+        fitting = [t for t in PIN_TEXTS if estimate_target_tokens(t, None, None) <= 1.15 * frames]
+        return fitting[-1] if fitting else PIN_TEXTS[0]
+
+
+class DesignPins:
+    """Pinned design voices: in memory, on disk under `folder`, or being synthesized (once each,
+    however many ask at once). Thread-safe: the server's loop and its loading thread both ask."""
+
+    def __init__(self, folder: Path, build_id: str, settings: PinSettings = PinSettings()):
+        if not settings.seconds > 0:
+            raise UserError(f"--pin-seconds must be > 0, got {settings.seconds}")
+        self.folder, self.build_id, self.settings = Path(folder), build_id, settings
+        self._pins: dict[str, Future] = {}  # canonical instruct -> Future of its Voice
+        self._lock = threading.Lock()
+        self.synthesized = 0  # pins made by synthesis (a restart that finds them on disk makes none)
+        self.loaded = 0  # pins read from disk
+
+    def path(self, instruct: str) -> Path:
+        key = json.dumps({"build": self.build_id, "instruct": instruct, "text": self.settings.text,
+                          **asdict(self.settings)}, sort_keys=True, ensure_ascii=False)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+        slug = re.sub(r"[^a-z0-9]+", "-", instruct.lower()).strip("-")[:48] or "voice"
+        return self.folder / f"{slug}-{digest}.npz"
+
+    def get(self, synth, instruct: str) -> Future:
+        """A Future of the pinned Voice for a resolved instruct; synthesized through `synth` if new."""
+        instruct = canonical_instruct(instruct)
+        with self._lock:
+            future = self._pins.get(instruct)
+            if future is not None and not (future.done() and future.exception() is not None):
+                return future
+            future = self._pins[instruct] = Future()
+        path = self.path(instruct)
+        if path.is_file():
+            try:
+                voice = Voice.load(path)
+            except UserError as exc:
+                logger.warning("pinning %r again: %s", instruct, exc)
+            else:
+                self.loaded += 1
+                logger.info("loaded pinned voice design %r from %s", instruct, path)
+                future.set_result(voice)
+                return future
+        self._synthesize(synth, instruct, path, future)
+        return future
+
+    def _synthesize(self, synth, instruct: str, path: Path, future: Future) -> None:
+        text, started = self.settings.text, time.perf_counter()
+        try:
+            request = synth.tts.settle([text], "en", instruct, None, duration=self.settings.seconds)[0]
+            item = synth.submit(request, GenerationSettings(num_steps=self.settings.num_steps),
+                                RandomNoise(self.settings.seed), urgent=True)
+        except Exception as exc:
+            future.set_exception(exc)
+            return
+
+        def done(finished: Future) -> None:
+            if finished.exception() is not None:
+                future.set_exception(finished.exception())
+                return
+            voice = Voice(finished.result(), text, None)
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                voice.save(path)
+                write_json_atomic(path.with_suffix(".json"), {"instruct": instruct, "build": self.build_id,
+                                                              "text": text, **asdict(self.settings)})
+            except OSError as exc:  # the pin still serves this process
+                logger.warning("cannot keep pinned voice %s (%s)", path, exc.strerror)
+            self.synthesized += 1
+            logger.info("pinned voice design %r (%d frames in %.1f s) -> %s", instruct, voice.codes.shape[1],
+                        time.perf_counter() - started, path)
+            future.set_result(voice)
+
+        item.future.add_done_callback(done)
+
+
+class Voices:
+    """Voice resolution for every door (HTTP, and any other): a design voice by name or instruct,
+    pinned; or a saved voice, trimmed to max_ref_seconds where asked."""
+
+    def __init__(self, book: VoiceBook, pins: DesignPins, max_ref_seconds: float | None = None):
+        if max_ref_seconds is not None and not max_ref_seconds > 0:
+            raise UserError(f"--max-ref-seconds must be > 0, got {max_ref_seconds}")
+        self.book, self.pins, self.max_ref_seconds = book, pins, max_ref_seconds
+
+    def design_instruct(self, name: str, instructions: str | None, text: str = "") -> str:
+        return resolve_instruct(instructions or DESIGN_VOICES[name], use_zh=contains_chinese(text))
+
+    def preload(self, synth, names: list[str]) -> list[Voice]:
+        """Pin these design voices now (blocking): each from disk, or synthesized."""
+        futures = [self.pins.get(synth, self.design_instruct(name, None)) for name in names]
+        return [future.result() for future in futures]
+
+    async def resolve(self, synth, name: str, instructions: str | None, text: str) -> tuple[Voice | None, str | None]:
+        """(clone prompt, instruct) for a request; UserError for an unknown voice."""
+        if name in DESIGN_VOICES:
+            future = self.pins.get(synth, self.design_instruct(name, instructions, text))
+            # shield: a request that times out or leaves does not take the pinning down with it
+            return await asyncio.shield(asyncio.wrap_future(future)), None
+        path = self.book.saved_path(name)
+        if path is None:
+            raise self.book.unknown_voice(name)
+        loop = asyncio.get_running_loop()
+        voice = await loop.run_in_executor(None, Voice.load, path)
+        if self.max_ref_seconds is not None:
+            voice = trim_voice(voice, self.max_ref_seconds)
+        return voice, (instructions or None)
