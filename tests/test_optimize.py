@@ -318,7 +318,8 @@ def test_a_failure_while_moving_files_in_puts_the_old_build_back(builds, tiny_ch
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
-def test_a_killed_rebuild_leaves_the_old_build_loadable(builds, tmp_path):
+def _kill_build_once(out: Path, staged: str) -> list[Path]:
+    """Start optimize.py into out, SIGKILL it once its staging folder holds `staged`; returns what it left."""
     import signal
     import subprocess
     import sys
@@ -326,16 +327,100 @@ def test_a_killed_rebuild_leaves_the_old_build_loadable(builds, tmp_path):
 
     from conftest import ROOT
 
-    out, before = _copy_with_notes(builds, tmp_path)
     process = subprocess.Popen([sys.executable, str(ROOT / "optimize.py"), "--model", "tiny-random", "--device", "cpu",
                                 "--output", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pattern = f".{out.name}.building-*/{staged}"
     deadline = time.monotonic() + 300
-    while not list(tmp_path.glob(".out.building-*/*.onnx")) and time.monotonic() < deadline:
+    while not list(out.parent.glob(pattern)) and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    return sorted({hit.parent for hit in out.parent.glob(pattern)})
+
+
+def test_a_killed_rebuild_leaves_the_old_build_loadable(builds, tmp_path):
+    out, before = _copy_with_notes(builds, tmp_path)
+    assert _kill_build_once(out, "*.onnx")
     assert read_manifest(out).data["files"] == before
     assert (out / "NOTES.txt").read_text() == "mine"
+
+
+def test_the_next_build_removes_a_killed_builds_staging_folder(tmp_path):
+    (left,) = _kill_build_once(tmp_path / "killed", "*.onnx")  # mid-build: graphs already staged
+    assert (left / ".builder").is_file()
+    built = run_script("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", tmp_path / "next",
+                       check=True)  # another output's build: any staging folder in the parent is checked
+    assert not left.exists()
+    assert [line for line in built.stdout.splitlines() if "staging folder" in line] == [
+        f"removed {left}, the staging folder of a build that was killed"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["next"]
+
+
+def _build_stopped_at_first_export(tiny_checkpoint, out: Path, monkeypatch) -> list[str]:
+    """A build into out that cleans up and stages, then stops at its first export (fast); returns its log."""
+    from codes.export import build as build_module
+    from codes.export.profiles import get_profile
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(build_module, "olive_export", stop)
+    lines = []
+    with pytest.raises(KeyboardInterrupt):
+        build_module.build(build_module.BuildRequest(tiny_checkpoint, get_profile("cpu"), out, log=lines.append))
+    return lines
+
+
+def test_a_staging_folder_whose_builder_is_alive_is_left_alone(tiny_checkpoint, tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    holder = ("import sys, time; from pathlib import Path; from codes.export.staging import make_staging; "
+              "staging, lock = make_staging(Path(sys.argv[1]), 'live'); print(staging, flush=True); time.sleep(600)")
+    process = subprocess.Popen([sys.executable, "-c", holder, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        live = Path(process.stdout.readline().strip())
+        (live / "llm_decoder.onnx").write_bytes(b"staged")
+        lines = _build_stopped_at_first_export(tiny_checkpoint, tmp_path / "out", monkeypatch)
+        assert process.poll() is None  # still building
+        assert (live / "llm_decoder.onnx").read_bytes() == b"staged" and lines == []
+    finally:
+        process.kill()
+        process.wait()
+    # Its builder gone, the very same folder is stale.
+    assert _build_stopped_at_first_export(tiny_checkpoint, tmp_path / "out", monkeypatch) == [
+        f"removed {live}, the staging folder of a build that was killed"]
+
+
+def test_a_folder_named_like_staging_without_our_record_is_left_alone(tiny_checkpoint, tmp_path, monkeypatch):
+    foreign = tmp_path / ".mine.building-notes"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("mine")
+    linked = tmp_path / ".linked.building-x"  # a link to a folder that does look like ours
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / ".builder").write_text("pid 1")
+    linked.symlink_to(tmp_path / "target")
+    assert _build_stopped_at_first_export(tiny_checkpoint, tmp_path / "out", monkeypatch) == []
+    assert (foreign / "keep.txt").read_text() == "mine"
+    assert linked.is_symlink() and (tmp_path / "target" / ".builder").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".linked.building-x", ".mine.building-notes", "target"]
+
+
+def test_a_staging_folder_holding_the_previous_build_is_kept(tiny_checkpoint, tmp_path, monkeypatch):
+    """A build killed while moving files in left the old build's files in .previous/: their only copy."""
+    from codes.export.staging import make_staging
+
+    staging, lock = make_staging(tmp_path, "out")
+    (staging / ".previous").mkdir()
+    (staging / ".previous" / "llm_decoder.onnx").write_bytes(b"old")
+    lock.close()  # its builder is gone
+    lines = _build_stopped_at_first_export(tiny_checkpoint, tmp_path / "out", monkeypatch)
+    assert (staging / ".previous" / "llm_decoder.onnx").read_bytes() == b"old"
+    assert lines == [f"kept {staging}: a build killed while installing moved the previous build's files into "
+                     ".previous/"]
 
 
 def test_head_dim_genai_cannot_run_falls_back_to_torch_and_synthesizes(tiny_checkpoint, tmp_path):

@@ -5,7 +5,7 @@ the manifests last. Rebuilding replaces only a previous build's own files (those
 manifests list): nested builds, the user's files and, when only the backbone is rebuilt,
 the codec folder are never touched. A file the build would overwrite that no build of ours
 wrote is refused unless --overwrite. A failed or interrupted build leaves the previous one
-as it was.
+as it was; the staging folder a killed build leaves is removed by the next build beside it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from codes.export.manifest_write import write_manifest
 from codes.export.olive_build import olive_export
 from codes.export.onnx_io import files_of, graph_io
 from codes.export.profiles import Profile
+from codes.export.staging import PREVIOUS, make_staging, remove_stale
 from codes.export.submodels import BACKBONE_GRAPHS, CODEC_GRAPHS, SCORING_GRAPHS
 from codes.runtime import specs
 from codes.runtime.manifest import CODEC_KIND, FORMAT, MANIFEST_NAME
@@ -102,8 +103,8 @@ def build(request: BuildRequest) -> Path:
     if not os.access(parent, os.W_OK):
         raise UserError(f"cannot write into {parent}; choose an --output folder you can write to")
 
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=parent))
-    staging.chmod(0o755)  # mkdtemp makes it private; a build folder is meant to be shared
+    remove_stale(parent, request.log)
+    staging, staging_lock = make_staging(parent, output.name)
     work = Path(tempfile.mkdtemp(prefix="omnivoice-onnx-work-"))
     try:
         body, backbone_files = {}, []
@@ -131,6 +132,7 @@ def build(request: BuildRequest) -> Path:
         _install(staging, output, written, _stale(previous, written, request))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        staging_lock.close()
         shutil.rmtree(work, ignore_errors=True)
     return output
 
@@ -202,7 +204,7 @@ def _stale(previous: Previous, written: list[str], request: BuildRequest) -> lis
 def _install(staging: Path, output: Path, names: list[str], stale: list[str]) -> None:
     """Move the staged files into output in order (manifests last). On any failure the files
     already moved are put back as they were."""
-    backup = staging / ".previous"
+    backup = staging / PREVIOUS
     done: list[tuple[Path, Path | None]] = []
     made_dirs: list[Path] = []
     try:

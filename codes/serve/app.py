@@ -353,7 +353,9 @@ async def _encoded(job: SpeechJob, pieces, first: np.ndarray, params: SpeechPara
     removed, and every request ends with its log line."""
     encoder = StreamEncoder(params.response_format, SAMPLE_RATE)
     try:
-        yield encoder.push(first)
+        chunk = encoder.push(first)
+        if chunk:  # a FLAC's bytes all come at the end
+            yield chunk
         async for wav in pieces:
             chunk = encoder.push(wav)
             if chunk:

@@ -2,7 +2,10 @@
 
 wav and pcm are written by soundfile, so their 16-bit samples are exactly what inference.py writes;
 mp3, opus (in Ogg), aac (ADTS) and flac go through PyAV's encoders (FFmpeg's libraries, no
-subprocess), which stream: each push returns the bytes the muxer has finished so far.
+subprocess). mp3, opus and aac stream: each push returns the bytes the muxer has finished so far.
+FLAC is a file: its header (STREAMINFO, the first bytes) holds the total sample count, which only the
+end knows, and libsndfile (soundfile) cannot read one that says "unknown". So a FLAC is encoded as
+the audio comes but handed out whole at close(), after the muxer has rewritten its header.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ class _Sink(io.RawIOBase):
 
 
 class StreamEncoder:
-    """push(audio) -> bytes ready now; close() -> the rest. The concatenation is one valid file."""
+    """push(audio) -> bytes ready now; close() -> the rest. The concatenation is one valid file
+    (a FLAC's bytes all come from close())."""
 
     def __init__(self, response_format: str, sample_rate: int):
         self.format, self.sample_rate = check_format(response_format), sample_rate
@@ -80,7 +84,8 @@ class StreamEncoder:
             import av
 
             container_format, codec = _CONTAINERS[self.format]
-            self._sink = _Sink()
+            # A seekable sink lets the FLAC muxer go back and write the final STREAMINFO.
+            self._sink = io.BytesIO() if self.format == "flac" else _Sink()
             # Ogg holds packets until a page fills (about a second); small pages let opus stream.
             options = {"page_duration": "20000"} if container_format == "ogg" else {}
             self._container = av.open(self._sink, mode="w", format=container_format, options=options)
@@ -108,7 +113,7 @@ class StreamEncoder:
         self._pts += len(wav)
         for packet in self._stream.encode(frame):
             self._container.mux(packet)
-        return self._sink.take()
+        return b"" if self.format == "flac" else self._sink.take()
 
     def close(self) -> bytes:
         if self._container is None:
@@ -117,7 +122,7 @@ class StreamEncoder:
             self._container.mux(packet)
         self._container.close()
         self._container = None
-        return self._sink.take()
+        return self._sink.getvalue() if self.format == "flac" else self._sink.take()
 
     def abort(self) -> None:
         if self._container is not None:
