@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from codes.runtime.decoding import RandomNoise
-from codes.runtime.engine import QueueFull, StepEngine
+from codes.runtime.engine import QueueFull, StepCost, StepEngine
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.synthesis import OmniVoiceOnnx
 from synthesis_inputs import FP32_BUILD
@@ -93,3 +93,68 @@ def test_a_full_queue_refuses_more_work(tts):
     submit(engine, tts, *TEXTS[2], seed=1)
     with pytest.raises(QueueFull, match="busy"):
         submit(engine, tts, *TEXTS[2], seed=2)
+
+
+def test_an_urgent_item_runs_ahead_of_a_running_later_chunk_which_waits_unchanged(tts):
+    """Where batching is not free (the cost model says every token costs more than a step's fixed
+    cost), a new first chunk runs alone and the later chunk pauses, then finishes with its solo codes."""
+    engine = StepEngine(tts, max_batch=8, cost=StepCost(fixed=0.0, per_token=1.0, learn=False))
+    engine.start()
+    try:
+        later = submit(engine, tts, *TEXTS[0], seed=1)
+        wait_for_steps(later, 2)
+        first = engine.submit(tts.settle(*TEXTS[2])[0], SETTINGS, RandomNoise(3), urgent=True)
+        first_codes = first.future.result(timeout=120)
+        paused_at = later.step_index
+        later_codes = later.future.result(timeout=120)
+    finally:
+        engine.stop()
+    assert first.max_shared == 1 and paused_at < SETTINGS.num_steps  # it ran alone, ahead of the unfinished one
+    assert first.finished_at < later.finished_at
+    np.testing.assert_array_equal(first_codes, solo_codes(tts, *TEXTS[2], seed=3))
+    np.testing.assert_array_equal(later_codes, solo_codes(tts, *TEXTS[0], seed=1))
+
+
+def test_where_batching_is_nearly_free_an_urgent_item_joins_the_running_batch(tts):
+    engine = StepEngine(tts, max_batch=8, cost=StepCost(fixed=1.0, per_token=0.0, learn=False))
+    engine.start()
+    try:
+        later = submit(engine, tts, *TEXTS[0], seed=1)
+        wait_for_steps(later, 2)
+        first = engine.submit(tts.settle(*TEXTS[2])[0], SETTINGS, RandomNoise(3), urgent=True)
+        first.future.result(timeout=120)
+        later.future.result(timeout=120)
+    finally:
+        engine.stop()
+    assert first.max_shared == 2
+
+
+def test_steps_choose_urgent_items_first_then_by_due_time(tts):
+    """The order of need, read off the engine's choice for one step (not started: nothing runs)."""
+    engine = StepEngine(tts, max_batch=2, cost=StepCost(fixed=1.0, per_token=0.0, learn=False))
+    request = tts.settle(*TEXTS[2])[0]
+    now = time.perf_counter()
+    due_late = engine.submit(request, SETTINGS, RandomNoise(0), due=now + 9)
+    due_soon = engine.submit(request, SETTINGS, RandomNoise(0), due=now + 1)
+    urgent = engine.submit(request, SETTINGS, RandomNoise(0), urgent=True)
+    assert engine._choose() == [urgent, due_soon]
+    strict = StepEngine(tts, max_batch=8, cost=StepCost(fixed=0.0, per_token=1.0, learn=False))
+    items = [strict.submit(request, SETTINGS, RandomNoise(0), due=now + i) for i in (2, 1)]
+    assert strict._choose() == [items[1], items[0]]  # no urgent item: the batch fills, soonest first
+    strict_urgent = strict.submit(request, SETTINGS, RandomNoise(0), urgent=True)
+    assert strict._choose() == [strict_urgent]  # beside an urgent one, only what is nearly free joins
+    assert due_late not in engine._choose()
+
+
+def test_the_cost_model_fits_fixed_and_per_token_seconds_and_warm_up_feeds_it(tts):
+    cost = StepCost()
+    cost.observe(100, 0.25)
+    assert cost.per_token is None and cost.nearly_free(10**6)  # one size: unknown, batch freely
+    for tokens in (200, 400):
+        cost.observe(tokens, 0.05 + 0.002 * tokens)
+    assert cost.fixed == pytest.approx(0.05) and cost.per_token == pytest.approx(0.002)
+    assert cost.nearly_free(24) and not cost.nearly_free(26)  # 0.002 s a token against 0.05 s a step
+    engine = StepEngine(tts)
+    short, longer = (tts.settle(t, "en")[0] for t in ("Hi.", "A longer sentence to warm the sessions with."))
+    engine.warm_up([[short], [longer, longer]])
+    assert engine.cost.per_token is not None and engine.steps_run == 2 and not engine._items

@@ -78,16 +78,19 @@ def step_tokens(items) -> int:
 class StepCost:
     """A step's seconds as fixed + per_token x tokens, fitted by least squares to recent steps.
 
-    Unknown until the steps seen differ enough in size to separate the two terms.
+    Unknown until the steps seen differ enough in size to separate the two terms; `learn=False`
+    keeps the terms given.
     """
 
-    def __init__(self, window: int = 256, spread: float = 1.3):
+    def __init__(self, fixed: float | None = None, per_token: float | None = None, learn: bool = True,
+                 window: int = 256, spread: float = 1.3):
         self.samples: deque[tuple[int, float]] = deque(maxlen=window)
-        self.spread = spread
-        self.fixed: float | None = None
-        self.per_token: float | None = None
+        self.spread, self.learn = spread, learn
+        self.fixed, self.per_token = fixed, per_token
 
     def observe(self, tokens: int, seconds: float) -> None:
+        if not self.learn:
+            return
         self.samples.append((tokens, seconds))
         sizes = [t for t, _ in self.samples]
         if len(self.samples) >= 2 and max(sizes) >= self.spread * min(sizes):
@@ -102,11 +105,11 @@ class StepCost:
 
 
 class StepEngine:
-    def __init__(self, tts, max_batch: int = 8, max_queue: int = 64):
+    def __init__(self, tts, max_batch: int = 8, max_queue: int = 64, cost: StepCost | None = None):
         if max_batch < 1 or max_queue < 1:
             raise UserError(f"max batch and max queue must be >= 1, got {max_batch} and {max_queue}")
         self.tts, self.max_batch, self.max_queue = tts, max_batch, max_queue
-        self.cost = StepCost()
+        self.cost = cost or StepCost()
         self._items: list[WorkItem] = []  # submitted, not finished: waiting, running or paused
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
