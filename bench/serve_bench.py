@@ -26,15 +26,18 @@ ROOT = Path(__file__).resolve().parents[1]
 TEXT = "The server streams each sentence as soon as it is ready. Concurrent clients share every decoding step."
 
 
-def start(model_dir: Path, max_batch: int, voices: Path, threads: int | None, higgs_dir: Path | None = None):
+def start(model_dir: Path, max_batch: int, voices: Path, threads: int | None, higgs_dir: Path | None = None,
+          root: Path = ROOT):
+    """serve.py of the checkout at `root` on a free loopback port, once it prints its ready line."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    args = [sys.executable, str(ROOT / "serve.py"), "--model_dir", str(model_dir), "--port", str(port),
+    args = [sys.executable, str(root / "serve.py"), "--model_dir", str(model_dir), "--port", str(port),
             "--voices_dir", str(voices), "--max-batch", str(max_batch)] + (["--threads", str(threads)] if threads else [])
     if higgs_dir:
         args += ["--higgs_dir", str(higgs_dir)]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    log = open(voices.parent / f"{voices.name}-server-{port}.log", "w")  # kept to say why, should it not start
+    proc = subprocess.Popen(args, cwd=root, stdout=subprocess.PIPE, stderr=log, text=True)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if select.select([proc.stdout], [], [], 0.5)[0] and proc.stdout.readline().startswith("ready: "):
@@ -42,11 +45,12 @@ def start(model_dir: Path, max_batch: int, voices: Path, threads: int | None, hi
         if proc.poll() is not None:
             break
     proc.kill()
-    raise SystemExit("serve.py did not start")
+    raise SystemExit(f"serve.py did not start; its log: {log.name}")
 
 
-def one_request(url: str, num_steps: int, seed: int) -> tuple[float, float, float]:
-    body = {"model": "omnivoice", "input": TEXT, "voice": "alloy", "response_format": "pcm", "num_steps": num_steps,
+def one_request(url: str, num_steps: int, seed: int, text: str = TEXT) -> tuple[float, float, float]:
+    """(first audio, total, audio seconds) of one streamed pcm request."""
+    body = {"model": "omnivoice", "input": text, "voice": "alloy", "response_format": "pcm", "num_steps": num_steps,
             "seed": seed}
     start = time.perf_counter()
     first, size = None, 0

@@ -63,3 +63,11 @@ class Builds:
 @pytest.fixture(scope="session")
 def builds(tmp_path_factory, tiny_checkpoint):
     return Builds(tmp_path_factory.mktemp("builds"))
+
+
+@pytest.fixture(scope="session")
+def served_build(builds):
+    """The tiny fp32 build with its fp32 codec inside: what the server tests run."""
+    from synthesis_inputs import FP32_BUILD
+
+    return builds.get(*FP32_BUILD)

@@ -57,12 +57,13 @@ def test_no_chunk_outweighs_the_limit(text):
 
 def test_the_first_chunk_is_a_clause_and_later_chunks_grow_back_to_sentences():
     chunks = stream_chunks(TEXTS[2])
-    assert chunks[0] == "Sure, I checked the forecast for tomorrow,"  # "Sure," alone is under MIN_WEIGHT
-    assert text_weight("Sure,") < MIN_WEIGHT <= text_weight(chunks[0])
+    assert chunks[:2] == ["Sure,", "I checked the forecast for tomorrow,"]
     first_sentence = chunks[:-1]
     weights = [text_weight(c) for c in first_sentence]
-    assert all(later >= MIN_WEIGHT * 2 ** i or i == len(weights) - 1 for i, later in enumerate(weights))
+    assert all(later >= 2 * earlier for earlier, later in zip(weights, weights[1:-1]))  # the last takes the rest
     assert first_sentence[-1].endswith("umbrella.")  # the first sentence's pieces end with it
+    assert stream_chunks("Oh, I see, that is good.")[0] == "Oh, I see,"  # "Oh," is under MIN_WEIGHT
+    assert text_weight("Oh,") < MIN_WEIGHT <= text_weight("Oh, I see,")
     assert chunks[-1] == "Anything else?"  # later sentences whole
 
 

@@ -2,8 +2,8 @@
 
 - Sentences end at . ! ? and their CJK forms (an abbreviation's "." does not end one).
 - The first sentence is cut at clause boundaries (, ; : spaced dashes, and the CJK 、，；：), so the
-  first audio is a clause of at least `min_weight`; the rest of that sentence follows in pieces whose
-  least weight doubles each time, until the sentence ends.
+  first audio is a clause of at least `min_weight`; the rest of that sentence follows in pieces that
+  each weigh at least twice the one before, until the sentence ends.
 - Later sentences are grouped up to `max_weight`.
 - Nothing ever weighs more than `max_weight`: a longer sentence is cut at clauses, then at spaces, then
   (scripts without spaces) by characters, so every chunk fits one work item.
@@ -24,7 +24,7 @@ CLAUSE_MARKS = frozenset(",;:，、；：—–")
 SPACED_DASH = re.compile(r"\s[-–—]\s")  # " - " is a dash; "well-known" is a word
 # Lengths are spoken weight (codes/runtime/duration.py: a Latin letter 1, a CJK character 3), so one
 # limit fits every script.
-MIN_WEIGHT = 8  # no first chunk lighter than this: "Well," alone (4.5) is too short to voice well
+MIN_WEIGHT = 4  # no first chunk lighter than this: "Sure," (4.5) may stand alone, "Oh," (2.5) joins the next
 MAX_WEIGHT = 200  # later chunks: whole sentences up to this weight (about 12 s of English)
 
 
@@ -125,6 +125,6 @@ def stream_chunks(text: str, min_weight: float = MIN_WEIGHT, max_weight: float =
         return []
     first, rest = parts[0], parts[1:]
     pieces = [p for clause in clauses(first) for p in _fitted(clause, max_weight)]
-    head = _grouped(pieces, lambda done: min_weight * 2 ** len(done), max_weight)
+    head = _grouped(pieces, lambda done: max(min_weight, 2 * _weight(done[-1])) if done else min_weight, max_weight)
     tail = _grouped([p for sentence in rest for p in _fitted(sentence, max_weight)], lambda _: max_weight, max_weight)
     return [chunk.strip() for chunk in (*head, *tail) if chunk.strip()]

@@ -90,6 +90,12 @@ def estimate_target_tokens(
     return max(1, int(frames))
 
 
+def paced_frames(text: str) -> int:
+    """Frames `text` takes at the fallback reference's pace, with no short-utterance boost: a clone
+    prompt this long gives a text cloning it the length it would have without one (at least 1)."""
+    return max(1, round(text_weight(text) * FALLBACK_REF_FRAMES / text_weight(FALLBACK_REF_TEXT)))
+
+
 def frames_for_duration(duration: float, frame_rate: int = FRAME_RATE) -> int:
     """Target length for an explicit duration in seconds (at least one frame)."""
     return max(1, int(duration * frame_rate))

@@ -1,0 +1,79 @@
+"""serve.py as a user runs it, for the server tests: a real process on a loopback port, its log, and a client."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import openai
+
+from conftest import ROOT
+
+RATE = 24000
+FAST = {"num_steps": 4}
+TWO_SENTENCES = "Hello there, this is the first sentence. And here comes a second one, a little longer."
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, build: Path, voices_dir: Path, log_path: Path, *extra: str, env: dict | None = None,
+                 port: int | None = None):
+        self.port = port or free_port()
+        self.voices_dir = voices_dir
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "serve.py"), "--model_dir", str(build), "--port", str(self.port),
+             "--voices_dir", str(voices_dir), *extra],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True, env={**os.environ, **(env or {})})
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve.py exited {self.proc.returncode}:\n{log_path.read_text()}")
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
+            line = self.proc.stdout.readline() if ready else ""
+            if line.startswith("ready: "):
+                self.ready_line = line.strip()
+                return
+        self.stop()
+        raise AssertionError(f"serve.py printed no ready line:\n{log_path.read_text()}")
+
+    def client(self, key: str = "unused", **kwargs) -> "openai.OpenAI":
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0, **kwargs)
+
+    def log_lines(self, start: int = 0) -> list[str]:
+        self.log.flush()
+        return self.log_path.read_text().splitlines()[start:]
+
+    def request_lines(self, start: int = 0) -> list[dict]:
+        """The per-request log lines as dicts (key=value pairs)."""
+        return [dict(re.findall(r"(\w+)=(\S+)", line)) for line in self.log_lines(start) if " speech request=" in line]
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+def speak(srv: Server, text: str = TWO_SENTENCES, voice: str = "alloy", fmt: str = "pcm", **extra) -> bytes:
+    return srv.client().audio.speech.create(model="omnivoice", input=text, voice=voice, response_format=fmt,
+                                            extra_body={**FAST, **extra}).content
+
+
+def pcm_samples(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2")
+
+
