@@ -22,6 +22,7 @@ from codes.common.errors import UserError, run_cli
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from codes.serve.limits import add_limit_flags
     from codes.serve.voices import PIN_SECONDS
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -35,9 +36,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-batch", dest="max_batch", type=int, default=8, help="rows that share a decoding step")
     p.add_argument("--max-queue", dest="max_queue", type=int, default=64,
                    help="sentences queued or running before new requests get 429")
-    p.add_argument("--max-input-chars", dest="max_input_chars", type=int, default=4096)
-    p.add_argument("--request-timeout", dest="request_timeout", type=float, default=300.0,
-                   help="seconds a request may wait for its first audio before 504")
     p.add_argument("--pin-seconds", dest="pin_seconds", type=float, default=PIN_SECONDS,
                    help="length of a design voice's pinned reference; shorter makes every step cheaper "
                         "(default: %(default)s, see docs/DESIGN.md §pin-length)")
@@ -47,6 +45,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="trim saved voices longer than this when they are used (default: use them as given)")
     p.add_argument("--provider", choices=("cpu", "cuda"), help="execution provider (default: the build's)")
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
+    add_limit_flags(p.add_argument_group("limits (each refused before any heavy work)"))
     return p.parse_args(argv)
 
 
@@ -67,28 +66,28 @@ def main(argv=None) -> int:
 
     from codes.runtime.manifest import find_builds, read_manifest
     from codes.serve.app import ServerConfig, ServerState, create_app
+    from codes.serve.draining import DrainingServer
+    from codes.serve.limits import limits_from_args
     from codes.serve.voices import DESIGN_VOICES, PIN_FOLDER, DesignPins, PinSettings, VoiceBook, Voices
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for name, value in (("--max-batch", args.max_batch), ("--max-queue", args.max_queue),
-                        ("--max-input-chars", args.max_input_chars)):
+    for name, value in (("--max-batch", args.max_batch), ("--max-queue", args.max_queue)):
         if value < 1:
             raise UserError(f"{name} must be >= 1, got {value}")
-    if not args.request_timeout > 0:
-        raise UserError(f"--request-timeout must be > 0 seconds, got {args.request_timeout}")
+    limits = limits_from_args(args)
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     preload = _preload_names(args.preload_voices, DESIGN_VOICES)
     try:
         book = VoiceBook(args.voices_dir)
     except OSError as exc:
         raise UserError(f"cannot use --voices_dir {args.voices_dir} ({exc.strerror}); choose another folder") from None
-    pins = DesignPins(args.voices_dir / PIN_FOLDER, read_manifest(model_dir).identity(), PinSettings(seconds=args.pin_seconds))
+    pins = DesignPins(args.voices_dir / PIN_FOLDER, read_manifest(model_dir).identity(),
+                      PinSettings(seconds=args.pin_seconds), limits.max_pinned)
     voices = Voices(book, pins, args.max_ref_seconds)
-    config = ServerConfig(args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY") or None,
-                          args.max_input_chars, args.request_timeout)
+    config = ServerConfig(args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY") or None, limits)
     state = ServerState(config, voices)
-    server = uvicorn.Server(uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level="warning",
-                                           timeout_graceful_shutdown=2))
+    server = DrainingServer(state, uvicorn.Config(create_app(state), host=args.host, port=args.port,
+                                                   log_level="warning", timeout_graceful_shutdown=limits.drain_seconds))
     failure: list[BaseException] = []
 
     def load():

@@ -95,10 +95,10 @@ def test_a_full_queue_refuses_more_work(tts):
         submit(engine, tts, *TEXTS[2], seed=2)
 
 
-def test_an_urgent_item_runs_ahead_of_a_running_later_chunk_which_waits_unchanged(tts):
-    """Where batching is not free (the cost model says every token costs more than a step's fixed
-    cost), a new first chunk runs alone and the later chunk pauses, then finishes with its solo codes."""
-    engine = StepEngine(tts, max_batch=8, cost=StepCost(fixed=0.0, per_token=1.0, learn=False))
+def urgent_beside_a_running_later_chunk(tts, cost: StepCost):
+    """A later chunk two steps in, then an urgent one: (urgent item, its codes, the later item, its step
+    when the urgent one finished, its codes)."""
+    engine = StepEngine(tts, max_batch=8, cost=cost)
     engine.start()
     try:
         later = submit(engine, tts, *TEXTS[0], seed=1)
@@ -106,9 +106,16 @@ def test_an_urgent_item_runs_ahead_of_a_running_later_chunk_which_waits_unchange
         first = engine.submit(tts.settle(*TEXTS[2])[0], SETTINGS, RandomNoise(3), urgent=True)
         first_codes = first.future.result(timeout=120)
         paused_at = later.step_index
-        later_codes = later.future.result(timeout=120)
+        return first, first_codes, later, paused_at, later.future.result(timeout=120)
     finally:
         engine.stop()
+
+
+def test_an_urgent_item_runs_ahead_of_a_running_later_chunk_which_waits_unchanged(tts):
+    """Where batching is not free (the cost model says every token costs more than a step's fixed
+    cost), a new first chunk runs alone and the later chunk pauses, then finishes with its solo codes."""
+    first, first_codes, later, paused_at, later_codes = urgent_beside_a_running_later_chunk(
+        tts, StepCost(fixed=0.0, per_token=1.0, learn=False))
     assert first.max_shared == 1 and paused_at < SETTINGS.num_steps  # it ran alone, ahead of the unfinished one
     assert first.finished_at < later.finished_at
     np.testing.assert_array_equal(first_codes, solo_codes(tts, *TEXTS[2], seed=3))
@@ -116,16 +123,7 @@ def test_an_urgent_item_runs_ahead_of_a_running_later_chunk_which_waits_unchange
 
 
 def test_where_batching_is_nearly_free_an_urgent_item_joins_the_running_batch(tts):
-    engine = StepEngine(tts, max_batch=8, cost=StepCost(fixed=1.0, per_token=0.0, learn=False))
-    engine.start()
-    try:
-        later = submit(engine, tts, *TEXTS[0], seed=1)
-        wait_for_steps(later, 2)
-        first = engine.submit(tts.settle(*TEXTS[2])[0], SETTINGS, RandomNoise(3), urgent=True)
-        first.future.result(timeout=120)
-        later.future.result(timeout=120)
-    finally:
-        engine.stop()
+    first, *_ = urgent_beside_a_running_later_chunk(tts, StepCost(fixed=1.0, per_token=0.0, learn=False))
     assert first.max_shared == 2
 
 
@@ -158,3 +156,48 @@ def test_the_cost_model_fits_fixed_and_per_token_seconds_and_warm_up_feeds_it(tt
     short, longer = (tts.settle(t, "en")[0] for t in ("Hi.", "A longer sentence to warm the sessions with."))
     engine.warm_up([[short], [longer, longer]])
     assert engine.cost.per_token is not None and engine.steps_run == 2 and not engine._items
+
+
+class FailingNoise:
+    """A noise source that raises on its nth draw: an item that breaks inside a decoding step."""
+
+    def __init__(self, error: BaseException, after: int = 1):
+        self.error, self.left, self.inner = error, after, RandomNoise(0)
+
+    def uniform(self, shape):
+        self.left -= 1
+        if self.left < 0:
+            raise self.error
+        return self.inner.uniform(shape)
+
+
+def test_an_item_that_fails_a_step_fails_alone_and_its_neighbour_finishes_unchanged(tts):
+    engine = StepEngine(tts, max_batch=8, cost=StepCost(fixed=1.0, per_token=0.0, learn=False))  # they share steps
+    engine.start()
+    try:
+        healthy = submit(engine, tts, *TEXTS[0], seed=1)
+        broken = engine.submit(tts.settle(*TEXTS[2])[0], SETTINGS, FailingNoise(ValueError("bad item"), after=2))
+        with pytest.raises(ValueError, match="bad item"):
+            broken.future.result(timeout=120)
+        codes = healthy.future.result(timeout=120)
+    finally:
+        engine.stop()
+    assert broken.max_shared == 2  # it failed inside a shared step
+    np.testing.assert_array_equal(codes, solo_codes(tts, *TEXTS[0], seed=1))
+    assert not engine.dead
+
+
+def test_a_dead_engine_thread_fails_every_waiting_item_and_refuses_more(tts):
+    from codes.runtime.engine import EngineDown
+
+    engine = StepEngine(tts, max_batch=8)
+    engine.start()
+    waiting = submit(engine, tts, *TEXTS[0], seed=1)
+    killer = engine.submit(tts.settle(*TEXTS[2])[0], SETTINGS, FailingNoise(SystemExit("engine bug")))
+    with pytest.raises((EngineDown, SystemExit)):
+        killer.future.result(timeout=120)
+    with pytest.raises(EngineDown, match="stopped"):
+        waiting.future.result(timeout=120)
+    assert engine.dead and isinstance(engine.failure, SystemExit)
+    with pytest.raises(EngineDown):
+        submit(engine, tts, *TEXTS[2], seed=0)

@@ -20,7 +20,9 @@ fill the batch up to max_batch, for throughput.
 
 from __future__ import annotations
 
+import copy
 import itertools
+import logging
 import threading
 import time
 from collections import deque
@@ -36,10 +38,15 @@ from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import AUDIO_MASK_ID, FRAME_RATE
 
 _SEQUENCE = itertools.count()
+logger = logging.getLogger(__name__)
 
 
 class QueueFull(UserError):
     """More work is waiting or running than the engine takes (--max-queue)."""
+
+
+class EngineDown(RuntimeError):
+    """The engine's thread has died; nothing more will be decoded."""
 
 
 @dataclass(eq=False)
@@ -115,6 +122,7 @@ class StepEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.steps_run = 0
+        self.failure: BaseException | None = None  # why the engine's thread died, if it did
         self.last_step: list[WorkItem] = []  # the items of the latest step, in the order they were chosen
 
     # --- the client side (any thread) ------------------------------------------------------------
@@ -130,6 +138,8 @@ class StepEngine:
         item = self.make_item(request, settings, noise)
         item.urgent, item.due = urgent, due
         with self._wake:
+            if self.dead:
+                raise EngineDown("the decoding engine has stopped")
             if len(self._items) >= self.max_queue:
                 raise QueueFull(f"the server is busy ({self.max_queue} items queued or running); retry shortly")
             self._items.append(item)
@@ -149,6 +159,12 @@ class StepEngine:
         with self._wake:
             item.cancelled = True
             self._wake.notify()
+
+    @property
+    def dead(self) -> bool:
+        """Its thread crashed, or ended though never stopped: nothing submitted would be decoded."""
+        crashed = self._thread is not None and not self._thread.is_alive() and not self._stopping
+        return self.failure is not None or crashed
 
     def start(self) -> None:
         if self._thread is None:
@@ -176,6 +192,18 @@ class StepEngine:
     # --- the engine thread ----------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # a bug in the engine itself: nothing may wait on it for ever
+            with self._wake:
+                self.failure = exc
+                items, self._items = self._items, []
+            for item in items:
+                if not item.future.done():
+                    item.future.set_exception(EngineDown(f"the decoding engine stopped: {type(exc).__name__}: {exc}"))
+            logger.critical("the decoding engine stopped", exc_info=exc)
+
+    def _loop(self) -> None:
         while True:
             with self._wake:
                 while not self._stopping and not self._items:
@@ -187,18 +215,32 @@ class StepEngine:
                     return
                 chosen = self._choose()
             if chosen:
-                failure = None
-                try:
-                    finished = self._timed_step(chosen)
-                except Exception as exc:  # a failing step fails its items, never the engine
-                    finished, failure = chosen, exc
+                outcomes = self._run_step(chosen)
                 with self._wake:  # out of the queue before anyone hears, so their room is free
-                    self._items = [item for item in self._items if item not in finished]
-                for item in finished:
+                    self._items = [item for item in self._items if item not in outcomes]
+                for item, failure in outcomes.items():
                     if failure is not None:
                         item.future.set_exception(failure)
                     elif not item.future.done():
                         item.future.set_result(item.tokens.copy())
+
+    def _run_step(self, items: list[WorkItem]) -> dict[WorkItem, Exception | None]:
+        """One step of `items`: {finished or failed item: its error or None}. A failing step is
+        retried item by item, so an error fails only the items that cause it."""
+        noises = [copy.deepcopy(item.noise) for item in items]  # what a failed step drew is drawn again
+        try:
+            return dict.fromkeys(self._timed_step(items))
+        except Exception as exc:
+            if len(items) == 1:
+                return {items[0]: exc}
+        outcomes = {}
+        for item, noise in zip(items, noises):  # a failed step revealed nothing: each runs it again, alone
+            item.noise = noise
+            try:
+                outcomes.update(dict.fromkeys(self._timed_step([item])))
+            except Exception as exc:
+                outcomes[item] = exc
+        return outcomes
 
     def _choose(self) -> list[WorkItem]:
         """Drop cancelled items, then pick this step's items in order of need (caller holds the lock)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zipfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,7 @@ class Voice:
                     raise UserError(f"{path} is a voice file of another format version; save it again with --save_voice")
                 rms = float(data["rms"])
                 return cls(check_ref_codes(data["codes"]), str(data["text"]), None if np.isnan(rms) else rms)
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # a damaged file
             raise UserError(f"cannot read voice file {path} ({type(exc).__name__}); save one with --save_voice") from None
 
 

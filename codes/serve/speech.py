@@ -14,9 +14,10 @@ request from the seed itself, as inference.py --seed does).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,11 +29,20 @@ from codes.runtime.engine import QueueFull, StepEngine, WorkItem
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx, Request, Voice
+from codes.serve.encode import FORMATS, StreamEncoder
 
 logger = logging.getLogger("omnivoice.serve")
 
 LOOKAHEAD = 1  # sentences submitted ahead once the current one's codes are done
 QUEUE_RETRY_S = 0.05  # a later sentence that meets a full queue waits for room rather than failing
+
+
+class StreamFailed(Exception):
+    """A request's audio cannot go on (its item failed, the codec failed, its deadline passed)."""
+
+    def __init__(self, message: str, server_side: bool = True):
+        super().__init__(message)
+        self.server_side = server_side
 
 
 class Synthesizer:
@@ -43,6 +53,7 @@ class Synthesizer:
         self.engine = StepEngine(tts, max_batch=max_batch, max_queue=max_queue)
         # One codec worker: on a small CPU the decoder competes with the steps; it never blocks the loop.
         self.decode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-codec")
+        self.encode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="omnivoice-encode")  # mp3, opus, ...
         self.outstanding: set[WorkItem] = set()  # submitted, not yet finished or cancelled
 
     def start(self) -> None:
@@ -50,15 +61,21 @@ class Synthesizer:
 
     def stop(self) -> None:
         self.engine.stop()
-        self.decode_pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self.decode_pool, self.encode_pool):
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def warm_up(self) -> None:
-        """Before serving: steps at two sizes (warm sessions, and the engine's cost model) and one
-        codec decode, so the first request pays no first-run cost. Before start()."""
+        """Before serving: steps at two sizes (warm sessions, and the engine's cost model), a codec
+        decode and an encode longer than a first chunk, so the first request pays no first-run cost
+        (ONNX Runtime allocates on a session's first runs at a size). Before start()."""
         short = Request("Hello.", None, None, None, FRAME_RATE, 1.0)
         longer = Request("Hello there, how are you today?", None, None, None, 4 * FRAME_RATE, 1.0)
         self.engine.warm_up([[short], [longer, longer]])
-        self.tts.decode([np.zeros((8, FRAME_RATE), np.int64)], None, GenerationSettings())
+        wav = self.tts.decode([np.zeros((8, 6 * FRAME_RATE), np.int64)], None, GenerationSettings())
+        for fmt in FORMATS:
+            encoder = StreamEncoder(fmt, SAMPLE_RATE)
+            encoder.push(wav)
+            encoder.close()
 
     def submit(self, request: Request, settings: GenerationSettings, noise, urgent: bool = False,
                due: float | None = None) -> WorkItem:
@@ -94,6 +111,10 @@ class SpeechJob:
     first_audio_at: float | None = None
     audio_samples: int = 0
     status: str = "ok"
+    reason: str | None = None  # why it ended in error
+    deadline: float = float("inf")  # perf_counter time by which the whole request must be done
+    request_id: int = 0
+    finished: bool = False  # its log line is written
 
     def __post_init__(self):
         self.items = [None] * len(self.requests)
@@ -109,25 +130,48 @@ class SpeechJob:
         """Submit the first sentences; QueueFull here is the request's 429, before any response."""
         self._submit(0)
 
+    def _check_deadline(self) -> None:
+        if time.perf_counter() > self.deadline:
+            raise StreamFailed("the request ran past --max-request-seconds; send shorter input or fewer steps")
+
     async def _ensure_submitted(self, index: int) -> None:
+        """Submit a later chunk, waiting for room in the queue until the request's deadline."""
         while self.items[index] is None:
+            self._check_deadline()
             try:
                 self._submit(index)
             except QueueFull:
                 await asyncio.sleep(QUEUE_RETRY_S)
 
+    async def _codes(self, index: int) -> np.ndarray:
+        try:
+            left = self.deadline - time.perf_counter()
+            return await asyncio.wait_for(self.synth.codes(self.items[index]), max(left, 0.0) if left < 1e9 else None)
+        except asyncio.TimeoutError:
+            self._check_deadline()
+            raise
+        except (CancelledError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # the item failed in the engine
+            raise StreamFailed(f"decoding chunk {index + 1} failed: {type(exc).__name__}: {exc}") from exc
+
     async def pieces(self):
-        """Each sentence's audio (float32, 24 kHz) in order, as soon as it is decoded."""
+        """Each chunk's audio (float32, 24 kHz) in order, as soon as it is decoded; StreamFailed if
+        one cannot be made."""
         for index in range(len(self.requests)):
+            self._check_deadline()
             await self._ensure_submitted(index)
-            codes = await self.synth.codes(self.items[index])
+            codes = await self._codes(index)
             for ahead in range(index + 1, min(index + 1 + LOOKAHEAD, len(self.requests))):
                 if self.items[ahead] is None:
                     try:
                         self._submit(ahead)
                     except QueueFull:
                         pass
-            wav = await self.synth.decode(codes, self.ref_rms, self.settings)
+            try:
+                wav = await self.synth.decode(codes, self.ref_rms, self.settings)
+            except Exception as exc:
+                raise StreamFailed(f"the codec failed on chunk {index + 1}: {type(exc).__name__}: {exc}") from exc
             if self.first_audio_at is None:
                 self.first_audio_at = time.perf_counter()
             self.audio_samples += len(wav)
@@ -138,6 +182,12 @@ class SpeechJob:
             if item is not None:
                 self.synth.cancel(item)
 
+    def finish(self) -> None:
+        """Write the request's log line, once."""
+        if not self.finished:
+            self.finished = True
+            (logger.warning if self.status == "error" else logger.info)(self.log_line(self.request_id))
+
     def output_frames(self) -> int:
         return int(round(self.audio_samples / SAMPLE_RATE * FRAME_RATE))
 
@@ -147,9 +197,10 @@ class SpeechJob:
         queue_wait = (min(item.started_at for item in started) - self.received_at) if started else float("nan")
         shared = max((item.max_shared for item in self.items if item is not None), default=0)
         first = (self.first_audio_at - self.received_at) if self.first_audio_at else float("nan")
+        reason = "" if self.reason is None else f" reason={json.dumps(self.reason)}"
         return (f"speech request={request_id} status={self.status} chars={self.chars} sentences={len(self.requests)} "
                 f"audio={self.audio_samples / SAMPLE_RATE:.2f}s queue_wait={queue_wait:.3f}s "
-                f"first_audio={first:.3f}s total={now - self.received_at:.3f}s max_batch_shared={shared}")
+                f"first_audio={first:.3f}s total={now - self.received_at:.3f}s max_batch_shared={shared}{reason}")
 
 
 def settle_sentences(tts: OmniVoiceOnnx, chunks: list[str], language, instruct, voice: Voice | None,

@@ -5,8 +5,8 @@ draws its own speaker. So it is pinned: a short reference sentence is synthesize
 seed and its codes kept as a clone prompt that every later sentence clones. Pins are kept in
 `<voices_dir>/pinned/`, one .npz (and a .json saying what it is) per build, instruct and pin
 settings, so a restart loads them instead of pinning again; delete the folder to pin anew.
-The pin is --pin-seconds long: its tokens ride along in every step of every sentence that clones
-it (docs/DESIGN.md §pin-length).
+A pin lasts at most --pin-seconds (its sentence is the longest that fits): its tokens ride along in
+every step of every sentence that clones it (docs/DESIGN.md §pin-length).
 Saved voices are the .npz files inference.py --save_voice writes, in one folder; an id is a file
 name without .npz and never reaches outside that folder. Protocol-neutral: every server door uses it.
 """
@@ -20,14 +20,15 @@ import logging
 import re
 import threading
 import time
-from concurrent.futures import Future
+from collections import OrderedDict
+from concurrent.futures import CancelledError, Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.fileio import write_json_atomic
 from codes.runtime.decoding import RandomNoise
-from codes.runtime.duration import estimate_target_tokens
+from codes.runtime.duration import paced_frames
 from codes.runtime.reference import trim_voice
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE
@@ -53,12 +54,14 @@ DESIGN_VOICES = {
     "marin": "female, middle-aged, moderate pitch, canadian accent",
     "cedar": "male, elderly, low pitch, american accent",
 }
-# Pin sentences, shortest first: a pin speaks the longest one that fits its seconds at a natural pace.
-PIN_TEXTS = ("Hello there, how are you?",
+# Pin sentences, shortest first (0.9, 1.5, 2.6 and 4.9 s at the fallback reference's pace): a pin speaks
+# the longest that fits its seconds, at that pace, so a reply cloning it is given its usual length.
+PIN_TEXTS = ("Hi, how are you?",
+             "Hello there, how are you?",
              "The quick brown fox jumps over the lazy dog.",
              "The quick brown fox jumps over the lazy dog, then rests in the warm afternoon sun.")
 PIN_SEED = 1234
-PIN_SECONDS = 2.0  # measured: docs/DESIGN.md §pin-length
+PIN_SECONDS = 1.5  # measured: docs/DESIGN.md §pin-length
 PIN_FOLDER = "pinned"
 _ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
@@ -90,8 +93,9 @@ class VoiceBook:
                  for name, instruct in DESIGN_VOICES.items()]
                 + [{"id": vid, "name": vid, "kind": "saved"} for vid in self.saved_ids()])
 
-    def known(self) -> str:
-        return ", ".join([*DESIGN_VOICES, *self.saved_ids()])
+    def known(self, most: int = 30) -> str:
+        names = [*DESIGN_VOICES, *self.saved_ids()]
+        return ", ".join(names[:most]) + (f", ... ({len(names)} in all: GET /v1/audio/voices)" if len(names) > most else "")
 
     def saved_path(self, vid: str) -> Path | None:
         """The file of a saved voice id, or None; an id that is not a plain file name is never a path."""
@@ -135,20 +139,22 @@ class PinSettings:
 
     @property
     def text(self) -> str:
-        frames = self.seconds * FRAME_RATE
-        fitting = [t for t in PIN_TEXTS if estimate_target_tokens(t, None, None) <= 1.15 * frames]
+        fitting = [t for t in PIN_TEXTS if paced_frames(t) <= self.seconds * FRAME_RATE]
         return fitting[-1] if fitting else PIN_TEXTS[0]
 
 
 class DesignPins:
-    """Pinned design voices: in memory, on disk under `folder`, or being synthesized (once each,
-    however many ask at once). Thread-safe: the server's loop and its loading thread both ask."""
+    """Pinned design voices: in memory (the `max_pinned` most recently used), on disk under `folder`,
+    or being synthesized (once each, however many ask at once, and only while someone waits).
+    Thread-safe: the server's loop and its loading thread both ask."""
 
-    def __init__(self, folder: Path, build_id: str, settings: PinSettings = PinSettings()):
+    def __init__(self, folder: Path, build_id: str, settings: PinSettings = PinSettings(), max_pinned: int = 64):
         if not settings.seconds > 0:
             raise UserError(f"--pin-seconds must be > 0, got {settings.seconds}")
-        self.folder, self.build_id, self.settings = Path(folder), build_id, settings
-        self._pins: dict[str, Future] = {}  # canonical instruct -> Future of its Voice
+        self.folder, self.build_id, self.settings, self.max_pinned = Path(folder), build_id, settings, max_pinned
+        self._pins: OrderedDict[str, Future] = OrderedDict()  # canonical instruct -> Future of its Voice
+        self._making: dict[str, object] = {}  # canonical instruct -> its engine work item, while it is made
+        self._waiters: dict[str, int] = {}
         self._lock = threading.Lock()
         self.synthesized = 0  # pins made by synthesis (a restart that finds them on disk makes none)
         self.loaded = 0  # pins read from disk
@@ -165,9 +171,11 @@ class DesignPins:
         instruct = canonical_instruct(instruct)
         with self._lock:
             future = self._pins.get(instruct)
-            if future is not None and not (future.done() and future.exception() is not None):
+            if future is not None and not _failed(future):
+                self._pins.move_to_end(instruct)
                 return future
             future = self._pins[instruct] = Future()
+            self._forget_oldest()
         path = self.path(instruct)
         if path.is_file():
             try:
@@ -182,19 +190,52 @@ class DesignPins:
         self._synthesize(synth, instruct, path, future)
         return future
 
+    async def wait(self, synth, instruct: str) -> Voice:
+        """The pinned Voice, for a request; a pinning that every request waiting on it has left stops."""
+        instruct = canonical_instruct(instruct)
+        future = self.get(synth, instruct)
+        with self._lock:
+            self._waiters[instruct] = self._waiters.get(instruct, 0) + 1
+        try:
+            # shield: one request that times out or leaves does not take the pinning down for the others
+            return await asyncio.shield(asyncio.wrap_future(future))
+        finally:
+            with self._lock:
+                self._waiters[instruct] -= 1
+                item = self._making.get(instruct) if self._waiters[instruct] == 0 and not future.done() else None
+                if not self._waiters[instruct]:
+                    del self._waiters[instruct]
+            if item is not None:
+                synth.cancel(item)
+
+    def _forget_oldest(self) -> None:
+        """Keep at most max_pinned in memory, dropping the least recently used that are done (caller locks)."""
+        for instruct in list(self._pins):
+            if len(self._pins) <= self.max_pinned:
+                return
+            if self._pins[instruct].done() and instruct not in self._waiters:
+                del self._pins[instruct]
+
     def _synthesize(self, synth, instruct: str, path: Path, future: Future) -> None:
         text, started = self.settings.text, time.perf_counter()
         try:
-            request = synth.tts.settle([text], "en", instruct, None, duration=self.settings.seconds)[0]
+            request = synth.tts.settle([text], "en", instruct, None, num_frames=paced_frames(text))[0]
             item = synth.submit(request, GenerationSettings(num_steps=self.settings.num_steps),
                                 RandomNoise(self.settings.seed), urgent=True)
         except Exception as exc:
             future.set_exception(exc)
             return
+        with self._lock:
+            self._making[instruct] = item
 
         def done(finished: Future) -> None:
-            if finished.exception() is not None:
-                future.set_exception(finished.exception())
+            with self._lock:
+                self._making.pop(instruct, None)
+            if _failed(finished):
+                error = None if finished.cancelled() else finished.exception()
+                if error is None or isinstance(error, CancelledError):  # every waiter left, or shutdown
+                    error = UserError(f"pinning {instruct!r} stopped: no request waits for it")
+                future.set_exception(error)
                 return
             voice = Voice(finished.result(), text, None)
             try:
@@ -210,6 +251,14 @@ class DesignPins:
             future.set_result(voice)
 
         item.future.add_done_callback(done)
+
+
+def _failed(future: Future) -> bool:
+    return future.done() and (future.cancelled() or future.exception() is not None)
+
+
+class UnknownVoice(UserError):
+    """No design voice and no saved voice by that name (404)."""
 
 
 class Voices:
@@ -232,14 +281,16 @@ class Voices:
     async def resolve(self, synth, name: str, instructions: str | None, text: str) -> tuple[Voice | None, str | None]:
         """(clone prompt, instruct) for a request; UserError for an unknown voice."""
         if name in DESIGN_VOICES:
-            future = self.pins.get(synth, self.design_instruct(name, instructions, text))
-            # shield: a request that times out or leaves does not take the pinning down with it
-            return await asyncio.shield(asyncio.wrap_future(future)), None
-        path = self.book.saved_path(name)
-        if path is None:
-            raise self.book.unknown_voice(name)
+            return await self.pins.wait(synth, self.design_instruct(name, instructions, text)), None
         loop = asyncio.get_running_loop()
-        voice = await loop.run_in_executor(None, Voice.load, path)
+        path = await loop.run_in_executor(None, self.book.saved_path, name)
+        if path is None:  # the message lists the folder: read off the loop too
+            raise UnknownVoice(str(await loop.run_in_executor(None, self.book.unknown_voice, name)))
+        try:
+            voice = await loop.run_in_executor(None, Voice.load, path)
+        except UserError:
+            raise UserError(f"saved voice {name!r} cannot be read (its file is damaged); delete it "
+                            f"(DELETE /v1/audio/voices/{name}) and upload it again") from None
         if self.max_ref_seconds is not None:
             voice = trim_voice(voice, self.max_ref_seconds)
         return voice, (instructions or None)

@@ -1,0 +1,72 @@
+"""The server's limits: one place for each, its flag, its default and what refusing it answers.
+
+Every limit is checked before any heavy work (reading a body past it, decoding a clip, matching an
+instruct, pinning, decoding), so one client cannot make the server slow for the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, fields
+
+from codes.common.errors import UserError
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_body_bytes: int = 1 << 20  # a speech request's JSON body (413)
+    max_upload_bytes: int = 20 << 20  # a voice upload's multipart body (413)
+    max_input_chars: int = 4096  # `input` (400)
+    max_instructions_chars: int = 500  # `instructions`: a voice design is a few items (400)
+    max_language_chars: int = 64  # `language` (400)
+    max_ref_seconds_upload: float = 30.0  # a voice upload's clip (400): a clone prompt needs a few seconds
+    max_transcript_chars: int = 1000  # a voice upload's transcript (400)
+    max_voices: int = 1000  # saved voices in --voices_dir (409)
+    max_pinned: int = 64  # pinned design voices held in memory, least recently used first out
+    max_concurrent: int = 64  # requests in flight (429)
+    request_timeout: float = 300.0  # seconds to a request's first audio (504)
+    max_request_seconds: float = 900.0  # seconds for a whole request (the stream then ends with an error)
+    drain_seconds: float = 30.0  # on SIGTERM, how long running requests may take to finish
+
+
+HELP = {
+    "max_body_bytes": "largest speech request body, in bytes (413 beyond)",
+    "max_upload_bytes": "largest voice upload, in bytes (413 beyond)",
+    "max_input_chars": "longest `input` (400 beyond)",
+    "max_instructions_chars": "longest `instructions` (400 beyond)",
+    "max_language_chars": "longest `language` (400 beyond)",
+    "max_ref_seconds_upload": "longest uploaded reference clip, in seconds (400 beyond)",
+    "max_transcript_chars": "longest uploaded clip's transcript (400 beyond)",
+    "max_voices": "most saved voices in --voices_dir (409 beyond)",
+    "max_pinned": "pinned design voices kept in memory (least recently used leave; their files stay)",
+    "max_concurrent": "requests in flight at once (429 beyond)",
+    "request_timeout": "seconds a request may wait for its first audio (504 beyond)",
+    "max_request_seconds": "seconds a whole request may take (its stream then ends with an error)",
+    "drain_seconds": "on SIGTERM, seconds running requests may take to finish before they are ended",
+}
+FLAGS = {"max_ref_seconds_upload": "--max-upload-seconds"}  # where the flag is not the field's name
+
+
+def flag(name: str) -> str:
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+def add_limit_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = Limits()
+    for field in fields(Limits):
+        parser.add_argument(flag(field.name), dest=field.name, type=type(getattr(defaults, field.name)),
+                            default=getattr(defaults, field.name),
+                            help=f"{HELP[field.name]} (default: %(default)s)")
+
+
+def limits_from_args(args: argparse.Namespace) -> Limits:
+    limits = Limits(**{field.name: getattr(args, field.name) for field in fields(Limits)})
+    for field in fields(Limits):
+        if not getattr(limits, field.name) > 0:
+            raise UserError(f"{flag(field.name)} must be > 0, got {getattr(limits, field.name)}")
+    return limits
+
+
+def excerpt(text: str, length: int = 40) -> str:
+    """A string as an error message may quote it: never more than `length` characters of it."""
+    return repr(text if len(text) <= length else text[:length] + "...")

@@ -1,0 +1,326 @@
+"""serve.py against hostile input, faults and shutdown: one request never hurts another, nothing hangs,
+nothing is cut silently (real servers on loopback, the tiny build, real HTTP clients)."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import socket
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from serving import FAST, Server, free_port, speak
+
+LIMITS = ("--max-body-bytes", "200000", "--max-upload-bytes", "2000000", "--max-instructions-chars", "200",
+          "--max-upload-seconds", "3", "--max-transcript-chars", "100", "--max-voices", "2", "--max-pinned", "1",
+          "--max-concurrent", "3")
+MANY_SENTENCES = "Hi. " + " ".join(f"This is sentence number {i}, which keeps the server busy." for i in range(40))
+
+
+def clip(seconds: float) -> bytes:
+    import soundfile
+
+    t = np.arange(int(seconds * 24000)) / 24000
+    buffer = io.BytesIO()
+    soundfile.write(buffer, 0.3 * np.sin(2 * np.pi * 180 * t) * (1 + np.sin(2 * np.pi * 3 * t)), 24000, format="WAV")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def build(served_build):
+    return served_build
+
+
+@pytest.fixture(scope="module")
+def server(build, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hostile")
+    srv = Server(build, folder / "voices", folder / "server.log", *LIMITS)
+    yield srv
+    srv.stop()
+
+
+def post_speech(srv: Server, body: dict, **kwargs) -> httpx.Response:
+    return httpx.post(f"{srv.url}/v1/audio/speech", json={"model": "omnivoice", "voice": "alloy", **FAST, **body},
+                      timeout=60, **kwargs)
+
+
+def upload(srv: Server, name: str, data: bytes, text: str = "A short clip.") -> httpx.Response:
+    return httpx.post(f"{srv.url}/v1/audio/voices", data={"name": name, "text": text},
+                      files={"file": ("clip.wav", data, "audio/wav")}, timeout=60)
+
+
+def error_of(response: httpx.Response) -> dict:
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and len(error["message"]) < 400  # never an echo
+    return error
+
+
+@pytest.mark.parametrize("body, status, param, fragment", [
+    ({"input": "x" * 5000}, 400, "input", "the limit is 4096"),
+    ({"input": "Hi.", "instructions": "female, " * 100}, 400, "instructions", "the limit is 200"),
+    ({"input": "Hi.", "language": "e" * 100}, 400, "language", "the limit is 64"),
+    ({"input": "Hi.", "duration": 1e308}, 400, "duration", "at most 3600"),
+    ({"input": "Hi.", "guidance_scale": 1e300}, 400, "guidance_scale", "within"),
+    ({"input": "Hi.", "num_steps": 10**9}, 400, "num_steps", "between 1"),
+    ({"input": "Hi.", "voice": "v" * 100}, 404, "voice", "at most 64"),
+    ({"input": "Hi.", "voice": "nobody"}, 404, "voice", "unknown voice 'nobody'"),
+    ({"input": "Hi.", "x" * 10000: 1}, 400, "x" * 64, "unknown field"),
+])
+def test_each_request_limit_is_refused_with_its_status_and_a_short_message(server, body, status, param, fragment):
+    response = post_speech(server, body)
+    assert response.status_code == status
+    error = error_of(response)
+    assert error["param"] == param and fragment in error["message"]
+
+
+def test_a_body_past_the_limit_is_413_by_its_length_or_as_it_arrives(server):
+    huge = {"input": "Hi.", "instructions": "x" * 4_400_000}
+    response = post_speech(server, huge)
+    assert response.status_code == 413 and error_of(response)["code"] == "body_too_large"
+
+    def chunks():  # no Content-Length: counted as it arrives
+        yield b'{"model": "omnivoice", "voice": "alloy", "input": "Hi.", "instructions": "'
+        for _ in range(50):
+            yield b"x" * 10_000
+        yield b'"}'
+
+    response = httpx.post(f"{server.url}/v1/audio/speech", content=chunks(),
+                          headers={"content-type": "application/json"}, timeout=60)
+    assert response.status_code == 413 and "--max-body-bytes" in error_of(response)["message"]
+    assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
+
+
+def test_health_answers_at_once_while_huge_requests_arrive(server):
+    latencies, statuses, stop = [], [], threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            statuses.append(post_speech(server, {"input": "Hi.", "instructions": "x" * 4_400_000}).status_code)
+            statuses.append(post_speech(server, {"input": "Hi.", "instructions": "y" * 150_000}).status_code)
+
+    threads = [threading.Thread(target=hammer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        for _ in range(30):
+            start = time.perf_counter()
+            assert httpx.get(f"{server.url}/health", timeout=30).status_code == 200
+            latencies.append(time.perf_counter() - start)
+            time.sleep(0.02)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert set(statuses) <= {400, 413} and statuses
+    assert max(latencies) < 1.0, latencies  # was 17 s: the loop parsed and matched the 4.4 MB string
+
+
+def test_upload_limits_and_conflicts_are_refused_before_any_decoding(server):
+    assert upload(server, "big", b"\0" * 2_500_000).status_code == 413
+    too_long = upload(server, "long", clip(4.0))
+    assert too_long.status_code == 400 and error_of(too_long)["code"] == "clip_too_long"
+    wordy = upload(server, "wordy", clip(1.0), text="word " * 40)
+    assert wordy.status_code == 400 and error_of(wordy)["code"] == "transcript_too_long"
+    assert upload(server, "dup", clip(1.0)).status_code == 200
+    conflict = upload(server, "dup", b"not audio at all")  # the name is checked before the clip is read
+    assert conflict.status_code == 409 and error_of(conflict)["code"] == "voice_exists"
+    assert upload(server, "second", clip(1.0)).status_code == 200
+    full = upload(server, "third", clip(1.0))
+    assert full.status_code == 409 and error_of(full)["code"] == "too_many_voices"
+    for vid in ("dup", "second"):
+        assert httpx.delete(f"{server.url}/v1/audio/voices/{vid}").status_code == 200
+
+
+def test_a_corrupt_saved_voice_is_a_400_naming_it_and_the_server_keeps_serving(server):
+    folder = server.voices_dir
+    (folder / "broken.npz").write_bytes(b"PK\3\4 this is not a voice")
+    response = post_speech(server, {"input": "Hi.", "voice": "broken"})
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["code"] == "voice_unreadable" and "'broken'" in error["message"] and str(folder) not in error["message"]
+    assert len(speak(server, text="Still here.")) > 0
+    (folder / "broken.npz").unlink()
+
+
+def test_pinned_voices_are_an_lru_that_reloads_from_disk(server):
+    start = len(server.log_lines())
+    for name in ("echo", "fable", "echo"):  # --max-pinned 1: echo leaves memory for fable, then comes back
+        assert len(speak(server, text="Pin me.", voice=name)) > 0
+    lines = server.log_lines(start)
+    assert sum("loaded pinned voice design" in line and "middle-aged" in line for line in lines) == 1
+    assert sum("pinned voice design" in line and "loaded" not in line for line in lines) == 2
+
+
+def test_requests_past_max_concurrent_get_429_and_the_rest_are_served(server):
+    client = httpx.Client(timeout=60)
+    held = []
+    try:
+        for _ in range(3):
+            stream = client.stream("POST", f"{server.url}/v1/audio/speech",
+                                   json={"model": "omnivoice", "voice": "alloy", "input": MANY_SENTENCES,
+                                         "num_steps": 64, "response_format": "pcm"})  # slow: it stays in flight
+            chunks = stream.__enter__().iter_raw()
+            next(chunks)  # first audio: in flight, and held open (the iterator too: dropped, it closes the stream)
+            held.append((stream, chunks))
+        busy = post_speech(server, {"input": "Hi."})
+        assert busy.status_code == 429 and error_of(busy)["code"] == "rate_limit_exceeded"
+    finally:
+        for stream, _ in held:
+            stream.__exit__(None, None, None)
+        client.close()
+    wait_idle(server)
+    assert post_speech(server, {"input": "Hi."}).status_code == 200
+
+
+def wait_idle(srv: Server, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        health = httpx.get(f"{srv.url}/health").json()
+        if health["outstanding_items"] == 0 and health["requests_in_flight"] == 0:
+            return health
+        time.sleep(0.1)
+    raise AssertionError(f"the server did not go idle: {health}")
+
+
+def test_a_disconnect_storm_leaves_nothing_behind_and_later_requests_succeed(server):
+    body = {"model": "omnivoice", "voice": "alloy", "input": MANY_SENTENCES[:400], **FAST, "response_format": "pcm"}
+
+    def leave(i: int):
+        try:
+            with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body, timeout=60) as response:
+                if i % 2:
+                    next(response.iter_raw())  # after the first audio
+        except httpx.HTTPError:
+            pass
+
+    def leave_at_once(i: int):  # before any answer: the socket just closes
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            payload = json.dumps(body).encode()
+            sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
+
+    threads = [threading.Thread(target=(leave if i % 3 else leave_at_once), args=(i,)) for i in range(18)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wait_idle(server)
+    results = []
+    workers = [threading.Thread(target=lambda: results.append(post_speech(server, {"input": "After the storm."})))
+               for _ in range(3)]  # --max-concurrent 3
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    results.append(post_speech(server, {"input": "And once more."}))
+    assert [r.status_code for r in results] == [200] * 4 and all(len(r.content) > 0 for r in results)
+
+
+@pytest.fixture(scope="module")
+def strict(build, tmp_path_factory):
+    """A server whose requests must finish within 3 s: long ones fail after their first audio."""
+    folder = tmp_path_factory.mktemp("strict")
+    srv = Server(build, folder / "voices", folder / "server.log", "--max-request-seconds", "3")
+    speak(srv, text="Warm.")  # pins alloy, so the requests below spend their time decoding
+    yield srv
+    srv.stop()
+
+
+def test_a_failure_after_the_first_audio_is_an_aborted_transfer_and_an_sse_error(strict):
+    body = {"model": "omnivoice", "voice": "alloy", "input": MANY_SENTENCES, "num_steps": 32, "response_format": "pcm"}
+    received = 0
+    with pytest.raises(httpx.RemoteProtocolError):  # not a clean end of the chunked body
+        with httpx.stream("POST", f"{strict.url}/v1/audio/speech", json=body, timeout=60) as response:
+            assert response.status_code == 200
+            for chunk in response.iter_raw():
+                received += len(chunk)
+    assert received > 0
+    events = []
+    with httpx.stream("POST", f"{strict.url}/v1/audio/speech", json={**body, "stream_format": "sse"},
+                      timeout=60) as response:
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    assert events[0]["type"] == "speech.audio.delta" and events[-1]["type"] == "error"
+    assert "--max-request-seconds" in events[-1]["error"]["message"]
+    errors = [line for line in strict.log_lines() if " speech request=" in line and "status=error" in line]
+    assert len(errors) == 2 and all('reason="the request ran past --max-request-seconds' in line for line in errors)
+
+
+def test_sigterm_lets_a_running_stream_finish_then_the_server_exits(build, tmp_path):
+    srv = Server(build, tmp_path / "voices", tmp_path / "server.log", "--drain-seconds", "60")
+    try:
+        speak(srv, text="Warm.")
+        body = {"model": "omnivoice", "voice": "alloy", "input": MANY_SENTENCES[:600], **FAST, "seed": 1,
+                "response_format": "pcm"}
+        expected = len(httpx.post(f"{srv.url}/v1/audio/speech", json=body, timeout=60).content)
+        got = 0
+        with httpx.stream("POST", f"{srv.url}/v1/audio/speech", json=body, timeout=60) as response:
+            chunks = response.iter_raw()
+            got += len(next(chunks))
+            srv.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            with pytest.raises(httpx.HTTPError):  # no new work while draining: refused or 503
+                refused = httpx.get(f"{srv.url}/health", timeout=5)
+                refused.raise_for_status()
+            for chunk in chunks:
+                got += len(chunk)
+        assert got == expected  # the whole stream, not a cut one
+        # uvicorn, once drained, ends by re-raising the signal it caught, as a process killed by it would
+        assert srv.proc.wait(timeout=60) in (0, -signal.SIGTERM)
+        assert srv.request_lines()[-1]["status"] == "ok"
+    finally:
+        if srv.proc.poll() is None:
+            srv.stop()
+
+
+def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(build, tmp_path):
+    """The app and a real uvicorn in this process, so the test can break the engine's thread itself."""
+    import uvicorn
+
+    from codes.runtime.manifest import read_manifest
+    from codes.runtime.synthesis import OmniVoiceOnnx
+    from codes.serve.app import ServerConfig, ServerState, create_app
+    from codes.serve.speech import Synthesizer
+    from codes.serve.voices import DesignPins, VoiceBook, Voices
+    from test_engine import FailingNoise
+
+    voices = Voices(VoiceBook(tmp_path / "voices"), DesignPins(tmp_path / "voices" / "pinned",
+                                                               read_manifest(build).identity()))
+    state = ServerState(ServerConfig(tmp_path / "voices"), voices)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    tts = OmniVoiceOnnx(build, threads=1)
+    state.synth = Synthesizer(tts, 8, 64)
+    state.synth.start()
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert httpx.get(f"{url}/health").status_code == 200
+        waiting = {}
+        request = threading.Thread(target=lambda: waiting.setdefault("r", httpx.post(
+            f"{url}/v1/audio/speech", json={"model": "omnivoice", "voice": "alloy", "input": MANY_SENTENCES[:300],
+                                            "num_steps": 200, "response_format": "pcm"}, timeout=60)))
+        request.start()
+        while not state.synth.outstanding and time.monotonic() < deadline:
+            time.sleep(0.01)
+        state.synth.engine.submit(tts.settle("Boom.")[0], tts.defaults, FailingNoise(SystemExit("engine bug")))
+        request.join(timeout=60)
+        assert not request.is_alive() and waiting["r"].status_code in (500, 503)
+        health = httpx.get(f"{url}/health")
+        assert health.status_code == 503 and health.json()["error"]["code"] == "engine_down"
+        again = httpx.post(f"{url}/v1/audio/speech", json={"model": "omnivoice", "voice": "alloy", "input": "Hi."})
+        assert again.status_code == 503
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        state.synth.stop()
