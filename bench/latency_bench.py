@@ -13,6 +13,7 @@ is the first body bytes.
 - warm: after one request of the same workload;
 - cold: the first request after a restart (the server killed and started again with the same voices
   folder, so pins it kept on disk are found).
+`--also-pin-seconds 1` adds this checkout with another pin length (`now-pin1`), for one client.
 """
 
 from __future__ import annotations
@@ -45,15 +46,15 @@ WORKLOADS = {
 
 class Server:
     def __init__(self, name: str, root: Path, model_dir: Path, higgs_dir: Path | None, max_batch: int,
-                 voices: Path, threads: int | None):
+                 voices: Path, threads: int | None, extra: tuple[str, ...] = ()):
         self.name, self.root, self.model_dir, self.higgs_dir = name, root, model_dir, higgs_dir
-        self.max_batch, self.voices, self.threads = max_batch, voices, threads
+        self.max_batch, self.voices, self.threads, self.extra = max_batch, voices, threads, extra
         self.proc = self.url = None
 
     def start(self) -> float:
         began = time.perf_counter()
         self.proc, self.url = start(self.model_dir, self.max_batch, self.voices, self.threads, self.higgs_dir,
-                                    root=self.root)
+                                    root=self.root, extra=self.extra)
         return time.perf_counter() - began
 
     def stop(self) -> None:
@@ -93,6 +94,8 @@ def main() -> int:
     p.add_argument("--cold", type=int, default=1, help="restarts per server (the 2 s reply at the first --num_steps)")
     p.add_argument("--four-client-steps", dest="four_steps", type=int, nargs="+",
                    help="step counts for more than one client (default: all of --num_steps)")
+    p.add_argument("--also-pin-seconds", dest="also_pin_seconds", type=float, nargs="*", default=[],
+                   help="also run this checkout with these --pin-seconds (one-client rows)")
     p.add_argument("--threads", type=int)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
@@ -103,6 +106,9 @@ def main() -> int:
                       args.threads),
                Server("now", ROOT, args.model_dir.resolve(), args.higgs_dir, 8, voices / "now", args.threads),
                Server("now-mb1", ROOT, args.model_dir.resolve(), args.higgs_dir, 1, voices / "now-mb1", args.threads)]
+    for seconds in args.also_pin_seconds:  # the same checkout with another pin length, one client only
+        servers.append(Server(f"now-pin{seconds:g}", ROOT, args.model_dir.resolve(), args.higgs_dir, 8,
+                              voices / f"now-pin{seconds:g}", args.threads, ("--pin-seconds", str(seconds))))
     results: dict = {}
 
     def record(key, server, value):
@@ -113,7 +119,7 @@ def main() -> int:
             server.start()
         # cold: the first request after a restart; the voices folder (and any pin kept there) stays
         for _ in range(args.cold):
-            for server in servers[:2]:
+            for server in [s for s in servers if s.name != "now-mb1"]:
                 one_request(server.url, args.num_steps[0], 0, WORKLOADS["2 s reply"])  # pins (kept on disk by now)
                 server.stop()
                 server.start()
@@ -122,14 +128,17 @@ def main() -> int:
         for workload in args.workloads:
             text = WORKLOADS[workload]
             for num_steps in args.num_steps:
+                crowd = any(c > 1 for c in args.clients) and (not args.four_steps or num_steps in args.four_steps)
                 for server in servers:
-                    one_request(server.url, num_steps, 0, text)  # warm for this workload
+                    if server.name != "now-mb1" or crowd:
+                        one_request(server.url, num_steps, 0, text)  # warm for this workload
                 for clients in args.clients:
                     if clients > 1 and args.four_steps and num_steps not in args.four_steps:
                         continue
                     for _ in range(args.rounds if clients == 1 else args.crowd_rounds):
                         for server in servers:
-                            if clients == 1 and server.name == "now-mb1":
+                            if (clients == 1 and server.name == "now-mb1") or (
+                                    clients > 1 and server.name.startswith("now-pin")):
                                 continue
                             value = clients_round(server, text, clients, num_steps)
                             record((workload, clients, num_steps, "warm"), server, value)

@@ -27,7 +27,7 @@ TEXT = "The server streams each sentence as soon as it is ready. Concurrent clie
 
 
 def start(model_dir: Path, max_batch: int, voices: Path, threads: int | None, higgs_dir: Path | None = None,
-          root: Path = ROOT):
+          root: Path = ROOT, extra: tuple[str, ...] = ()):
     """serve.py of the checkout at `root` on a free loopback port, once it prints its ready line."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -36,6 +36,7 @@ def start(model_dir: Path, max_batch: int, voices: Path, threads: int | None, hi
             "--voices_dir", str(voices), "--max-batch", str(max_batch)] + (["--threads", str(threads)] if threads else [])
     if higgs_dir:
         args += ["--higgs_dir", str(higgs_dir)]
+    args += list(extra)
     log = open(voices.parent / f"{voices.name}-server-{port}.log", "w")  # kept to say why, should it not start
     proc = subprocess.Popen(args, cwd=root, stdout=subprocess.PIPE, stderr=log, text=True)
     deadline = time.monotonic() + 600

@@ -437,7 +437,7 @@ async def _speak(state: ServerState, synth: Synthesizer, request: Request, param
             raise ApiError(400, "input has nothing to speak", "input")
         voice, instruct = await resolve_voice(state, synth, params.voice, params.instructions, params.text)
         requests = settle_sentences(synth.tts, chunks, params.language, instruct, voice, params.duration,
-                                    params.speed)
+                                    params.speed, params.settings)
         job = SpeechJob(synth, requests, params.settings, params.seed, voice.rms if voice else None,
                         len(params.text), received_at, deadline=received_at + limits.max_request_seconds,
                         request_id=request_id)

@@ -204,12 +204,19 @@ class SpeechJob:
 
 
 def settle_sentences(tts: OmniVoiceOnnx, chunks: list[str], language, instruct, voice: Voice | None,
-                     duration: float | None, speed: float | None) -> list[Request]:
-    """Each chunk settled; an overall duration is shared among chunks by their spoken weight."""
+                     duration: float | None, speed: float | None,
+                     settings: GenerationSettings = GenerationSettings()) -> list[Request]:
+    """Each chunk settled; an overall duration is shared among chunks by their spoken weight. A chunk
+    too long for one work item (a slow speed, a long duration) is refused here, before any audio."""
     durations: list[float | None] = [None] * len(chunks)
     if duration is not None:
         if not duration > 0:
             raise UserError(f"duration must be > 0 seconds, got {duration}")
         weights = [max(text_weight(chunk), 1e-6) for chunk in chunks]
         durations = [duration * w / sum(weights) for w in weights]
-    return tts.settle(chunks, language, instruct, voice, durations, speed)
+    requests = tts.settle(chunks, language, instruct, voice, durations, speed)
+    longest = max(request.target_len for request in requests) / FRAME_RATE
+    if longest > settings.audio_chunk_threshold:
+        raise UserError(f"at this speed or duration a piece of the text would last {longest:.0f} s, over the "
+                        f"{settings.audio_chunk_threshold:g} s one piece may; raise speed or lower duration")
+    return requests
