@@ -32,14 +32,9 @@ def clip(seconds: float) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def build(served_build):
-    return served_build
-
-
-@pytest.fixture(scope="module")
-def server(build, tmp_path_factory):
+def server(served_build, tmp_path_factory):
     folder = tmp_path_factory.mktemp("hostile")
-    srv = Server(build, folder / "voices", folder / "server.log", *LIMITS)
+    srv = Server(served_build, folder / "voices", folder / "server.log", *LIMITS)
     yield srv
     srv.stop()
 
@@ -225,10 +220,10 @@ def test_a_disconnect_storm_leaves_nothing_behind_and_later_requests_succeed(ser
 
 
 @pytest.fixture(scope="module")
-def strict(build, tmp_path_factory):
+def strict(served_build, tmp_path_factory):
     """A server whose requests must finish within 3 s: long ones fail after their first audio."""
     folder = tmp_path_factory.mktemp("strict")
-    srv = Server(build, folder / "voices", folder / "server.log", "--max-request-seconds", "3")
+    srv = Server(served_build, folder / "voices", folder / "server.log", "--max-request-seconds", "3")
     speak(srv, text="Warm.")  # pins alloy, so the requests below spend their time decoding
     yield srv
     srv.stop()
@@ -255,8 +250,8 @@ def test_a_failure_after_the_first_audio_is_an_aborted_transfer_and_an_sse_error
     assert len(errors) == 2 and all('reason="the request ran past --max-request-seconds' in line for line in errors)
 
 
-def test_sigterm_lets_a_running_stream_finish_then_the_server_exits(build, tmp_path):
-    srv = Server(build, tmp_path / "voices", tmp_path / "server.log", "--drain-seconds", "60")
+def test_sigterm_lets_a_running_stream_finish_then_the_server_exits(served_build, tmp_path):
+    srv = Server(served_build, tmp_path / "voices", tmp_path / "server.log", "--drain-seconds", "60")
     try:
         speak(srv, text="Warm.")
         body = {"model": "omnivoice", "voice": "alloy", "input": MANY_SENTENCES[:600], **FAST, "seed": 1,
@@ -282,7 +277,7 @@ def test_sigterm_lets_a_running_stream_finish_then_the_server_exits(build, tmp_p
             srv.stop()
 
 
-def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(build, tmp_path):
+def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, tmp_path):
     """The app and a real uvicorn in this process, so the test can break the engine's thread itself."""
     import uvicorn
 
@@ -293,14 +288,14 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(build, tmp_pat
     from codes.serve.voices import DesignPins, VoiceBook, Voices
     from test_engine import FailingNoise
 
-    voices = Voices(VoiceBook(tmp_path / "voices"), DesignPins(tmp_path / "voices" / "pinned",
-                                                               read_manifest(build).identity()))
+    pins = DesignPins(tmp_path / "voices" / "pinned", read_manifest(served_build).identity())
+    voices = Voices(VoiceBook(tmp_path / "voices"), pins)
     state = ServerState(ServerConfig(tmp_path / "voices"), voices)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(state), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run)
     thread.start()
-    tts = OmniVoiceOnnx(build, threads=1)
+    tts = OmniVoiceOnnx(served_build, threads=1)
     state.synth = Synthesizer(tts, 8, 64)
     state.synth.start()
     try:
