@@ -76,6 +76,11 @@ class WorkItem:
         return (not self.urgent, self.queued_at if self.due is None else self.due, self.order)
 
 
+def max_item_frames(settings: GenerationSettings) -> int:
+    """The longest target one work item may have: one chunk (upstream chunks anything longer)."""
+    return int(settings.audio_chunk_threshold * FRAME_RATE)
+
+
 def step_tokens(items) -> int:
     """Positions a step's backbone runs for these items: conditional rows padded to the longest
     prompt, unconditional rows to the longest target (codes/runtime/forward.py)."""
@@ -133,7 +138,7 @@ class StepEngine:
 
         urgent: someone waits on it for first audio; due: when its codes are needed (perf_counter).
         """
-        if request.target_len > int(settings.audio_chunk_threshold * FRAME_RATE):
+        if request.target_len > max_item_frames(settings):
             raise UserError("a work item is one chunk: split long text into sentences before submitting it")
         item = self.make_item(request, settings, noise)
         item.urgent, item.due = urgent, due

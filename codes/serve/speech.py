@@ -25,7 +25,7 @@ import numpy as np
 from codes.common.errors import UserError
 from codes.runtime.decoding import RandomNoise
 from codes.runtime.duration import text_weight
-from codes.runtime.engine import QueueFull, StepEngine, WorkItem
+from codes.runtime.engine import QueueFull, StepEngine, WorkItem, max_item_frames
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx, Request, Voice
@@ -145,8 +145,8 @@ class SpeechJob:
 
     async def _codes(self, index: int) -> np.ndarray:
         try:
-            left = self.deadline - time.perf_counter()
-            return await asyncio.wait_for(self.synth.codes(self.items[index]), max(left, 0.0) if left < 1e9 else None)
+            left = None if self.deadline == float("inf") else max(self.deadline - time.perf_counter(), 0.0)
+            return await asyncio.wait_for(self.synth.codes(self.items[index]), left)
         except asyncio.TimeoutError:
             self._check_deadline()
             raise
@@ -215,8 +215,8 @@ def settle_sentences(tts: OmniVoiceOnnx, chunks: list[str], language, instruct, 
         weights = [max(text_weight(chunk), 1e-6) for chunk in chunks]
         durations = [duration * w / sum(weights) for w in weights]
     requests = tts.settle(chunks, language, instruct, voice, durations, speed)
-    longest = max(request.target_len for request in requests) / FRAME_RATE
-    if longest > settings.audio_chunk_threshold:
-        raise UserError(f"at this speed or duration a piece of the text would last {longest:.0f} s, over the "
-                        f"{settings.audio_chunk_threshold:g} s one piece may; raise speed or lower duration")
+    longest = max(request.target_len for request in requests)
+    if longest > max_item_frames(settings):
+        raise UserError(f"at this speed or duration a piece of the text would last {longest / FRAME_RATE:.0f} s, "
+                        f"over the {settings.audio_chunk_threshold:g} s one piece may; raise speed or lower duration")
     return requests
