@@ -81,15 +81,23 @@ class ServerState:
     in_flight: int = 0  # requests between admission and their last byte
     draining: bool = False  # SIGTERM came: no new work, running requests finish
 
-    def ready(self) -> Synthesizer:
+    def unavailable(self) -> ApiError | None:
+        """Why the server takes no work now (a 503, for /health and every request alike), or None."""
         if self.draining:
-            raise ApiError(503, "the server is shutting down; retry on another", code="shutting_down",
-                           kind="server_error")
+            return ApiError(503, "the server is shutting down; retry on another", code="shutting_down",
+                            kind="server_error")
         if self.synth is None:
-            raise ApiError(503, "the model is still loading; retry shortly", code="model_not_ready", kind="server_error")
+            return ApiError(503, "the model is still loading; retry shortly", code="model_not_ready",
+                            kind="server_error")
         if self.synth.engine.dead:
-            raise ApiError(503, "the decoding engine has stopped; restart the server", code="engine_down",
-                           kind="server_error")
+            return ApiError(503, "the decoding engine has stopped; restart the server", code="engine_down",
+                            kind="server_error")
+        return None
+
+    def ready(self) -> Synthesizer:
+        error = self.unavailable()
+        if error is not None:
+            raise error
         return self.synth
 
 
@@ -344,14 +352,10 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/health")
     async def health():
-        if state.draining:
-            return envelope(503, "the server is shutting down", code="shutting_down", kind="server_error")
-        if state.synth is None:
-            return envelope(503, "the model is still loading", code="model_not_ready", kind="server_error")
+        error = state.unavailable()
+        if error is not None:
+            return envelope(error.status, error.message, code=error.code, kind=error.kind)
         engine = state.synth.engine
-        if engine.dead:
-            return envelope(503, "the decoding engine has stopped; restart the server", code="engine_down",
-                            kind="server_error")
         return {"status": "ok", "outstanding_items": len(state.synth.outstanding), "requests_in_flight": state.in_flight,
                 "max_batch": engine.max_batch, "max_queue": engine.max_queue}
 
