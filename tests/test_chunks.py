@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from codes.runtime.chunks import MAX_WEIGHT, MIN_WEIGHT, clauses, sentences, stream_chunks
+from codes.runtime.chunks import MAX_WEIGHT, MIN_WEIGHT, TextStream, clauses, sentences, stream_chunks
 from codes.runtime.duration import text_weight
 
 TEXTS = [
@@ -93,3 +93,43 @@ def test_runs_without_spaces_or_punctuation_are_cut_by_weight():
     assert len(chunks) == 5 and all(text_weight(c) <= MAX_WEIGHT for c in chunks)
     words = stream_chunks("word " * 200)
     assert all(not c.startswith("ord") and c.split()[0] == "word" for c in words)  # cut at spaces
+
+
+def pushed(text: str, cuts: list[int]) -> tuple[list[list[str]], list[str]]:
+    """What a TextStream gives for each piece of `text` cut at `cuts`, and at the flush."""
+    stream, bounds = TextStream(), [0, *cuts, len(text)]
+    return [stream.push(text[a:b]) for a, b in zip(bounds, bounds[1:])], stream.flush()
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_text_arriving_in_pieces_keeps_every_character(text):
+    rng = random.Random(len(text))
+    for _ in range(20):
+        cuts = sorted(rng.sample(range(1, len(text)), min(len(text) - 1, rng.randint(1, 12)))) if len(text) > 1 else []
+        given, rest = pushed(text, cuts)
+        chunks = [c for step in given for c in step] + rest
+        assert squeezed("".join(chunks)) == squeezed(text)
+        assert all(text_weight(c) <= MAX_WEIGHT for c in chunks)
+
+
+def test_a_sentence_is_given_as_soon_as_the_next_one_begins_and_not_before():
+    given, rest = pushed("Sure, I turned on the lights. It is 5.3 degrees. Dr. Smith said hi! Bye.",
+                         [10, 30, 34, 44, 51, 55, 72])
+    # 'Sure, I tu' | 'rned on the lights. ' | 'It i' | 's 5.3 degr' | 'ees. Dr' | '. Sm' | 'ith said hi! Bye' | '.'
+    assert given == [["Sure,"], ["I turned on the lights."], [], [], ["It is 5.3 degrees."], [],
+                     ["Dr. Smith said hi!"], []]  # the first clause goes as soon as the next word begins
+    assert rest == ["Bye."]
+    assert pushed("你好。今天天气很好。", [3, 5])[0] == [["你好。"], [], ["今天天气很好。"]]  # a CJK mark ends it at once
+    assert pushed('He said "Hello." Then', [15, 16])[0] == [[], [], ['He said "Hello."']]  # the quote stays with it
+
+
+def test_a_light_first_clause_waits_for_the_next_one():
+    given, rest = pushed("Oh, sure, I will.", [2, 3, 8, 9, 11])  # 'Oh' ',' ' sure' ',' ' I' ' will.'
+    assert given == [[], [], [], [], ["Oh, sure,"], []] and rest == ["I will."]
+
+
+def test_the_first_sentence_of_a_stream_is_cut_as_a_whole_text_is():
+    text = TEXTS[2]
+    given, rest = pushed(text, [len(text) - 10])
+    assert given[0] == stream_chunks(text.split(". ")[0] + ".")
+    assert rest == ["Anything else?"]

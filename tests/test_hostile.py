@@ -283,7 +283,8 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, 
 
     from codes.runtime.manifest import read_manifest
     from codes.runtime.synthesis import OmniVoiceOnnx
-    from codes.serve.app import ServerConfig, ServerState, create_app
+    from codes.serve.app import create_app
+    from codes.serve.service import ServerConfig, ServerState
     from codes.serve.speech import Synthesizer
     from codes.serve.voices import DesignPins, VoiceBook, Voices
     from test_engine import FailingNoise

@@ -1,6 +1,7 @@
 """Text into streaming chunks: a short first chunk for early audio, then chunks that grow back to sentences.
 
-- Sentences end at . ! ? and their CJK forms (an abbreviation's "." does not end one).
+- Sentences end at . ! ? and their CJK forms (an abbreviation's "." does not end one, nor one
+  inside a word or number: 5.3, e.g).
 - The first sentence is cut at clause boundaries (, ; : spaced dashes, and the CJK 、，；：), so the
   first audio is a clause of at least `min_weight`; the rest of that sentence follows in pieces that
   each weigh at least twice the one before, until the sentence ends.
@@ -35,6 +36,8 @@ def _cut_after(text: str, marks: frozenset[str], spaced_dash: bool = False) -> l
         if char not in marks:
             continue
         if char == "." and _abbreviation_before(text, index):
+            continue
+        if char in ".!?" and index + 1 < len(text) and text[index + 1].isalnum():  # 5.3, e.g, a.m.
             continue
         end = index + 1
         while end < len(text) and (text[end] in marks or text[end] in CLOSING_MARKS):
@@ -128,3 +131,63 @@ def stream_chunks(text: str, min_weight: float = MIN_WEIGHT, max_weight: float =
     head = _grouped(pieces, lambda done: max(min_weight, 2 * _weight(done[-1])) if done else min_weight, max_weight)
     tail = _grouped([p for sentence in rest for p in _fitted(sentence, max_weight)], lambda _: max_weight, max_weight)
     return [chunk.strip() for chunk in (*head, *tail) if chunk.strip()]
+
+
+class TextStream:
+    """Chunks of a text that arrives in pieces (an LLM's reply as it is written): push() gives each
+    sentence as soon as it is complete, flush() the rest. The first audio is a clause, as in
+    stream_chunks: given as soon as it is complete, or the first sentence cut as stream_chunks cuts
+    it where it came whole; later sentences come whole (cut only past `max_weight`). A sentence is
+    complete once what follows it shows it ends: white space after its mark, or (CJK) the mark itself,
+    and never an abbreviation's dot ("Dr. " waits for the next word)."""
+
+    def __init__(self, min_weight: float = MIN_WEIGHT, max_weight: float = MAX_WEIGHT):
+        self.min_weight, self.max_weight = min_weight, max_weight
+        self.pending = ""
+        self.started = False
+
+    def push(self, text: str) -> list[str]:
+        self.pending += text
+        parts = sentences(self.pending)
+        done = parts[:-1]
+        if parts and self._ends_sentence(self.pending):
+            done = parts
+        if not done and not self.started:  # the first sentence goes on: its first clause may go now
+            return self._first_clause(parts[0] if parts else "")
+        self.pending = self.pending[sum(map(len, done)):]
+        return self._chunks("".join(done))
+
+    def _first_clause(self, sentence: str) -> list[str]:
+        """The opening clauses of an unfinished first sentence once they weigh `min_weight` and
+        more text follows them (a clause is complete only then)."""
+        head = ""
+        for clause in clauses(sentence)[:-1]:
+            head += clause
+            if _weight(head) >= self.min_weight:
+                self.started = True
+                self.pending = self.pending[len(head):]
+                return [piece.strip() for piece in _fitted(head, self.max_weight) if piece.strip()]
+        return []
+
+    def flush(self) -> list[str]:
+        text, self.pending = self.pending, ""
+        return self._chunks(text)
+
+    @staticmethod
+    def _ends_sentence(text: str) -> bool:
+        """Whether `text` ends with a finished sentence: one the next word would be cut from."""
+        stripped = text.rstrip()
+        if not stripped or stripped[-1] not in SENTENCE_ENDS | CLOSING_MARKS:
+            return False
+        if stripped == text and stripped[-1] not in "。！？":  # "Hello." may go on as "Hello..." or 'Hello."'
+            return False
+        probe = sentences(text + "A")
+        return len(probe) > 1 and probe[-1].strip() == "A"
+
+    def _chunks(self, text: str) -> list[str]:
+        if not text.strip():
+            return []
+        if not self.started:
+            self.started = True
+            return stream_chunks(text, self.min_weight, self.max_weight)
+        return [c.strip() for sentence in sentences(text) for c in _fitted(sentence, self.max_weight) if c.strip()]

@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hmac
-import io
-import itertools
 import json
 import logging
-import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,208 +27,21 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from codes.common.errors import UserError
-from codes.runtime.chunks import stream_chunks
 from codes.runtime.engine import EngineDown, QueueFull
-from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import SAMPLE_RATE
-from codes.serve.encode import CONTENT_TYPES, StreamEncoder, check_format
-from codes.serve.limits import Limits, excerpt
-from codes.serve.speech import SpeechJob, StreamFailed, Synthesizer, settle_sentences
-from codes.serve.voices import DESIGN_VOICES, UnknownVoice, Voices, voice_id
+from codes.serve.encode import CONTENT_TYPES, StreamEncoder
+from codes.serve.service import (MODEL_IDS, RequestError, ServerState, SpeechParams, open_speech, parse_speech,
+                                 save_voice, too_busy)
+from codes.serve.speech import SpeechJob, StreamFailed, Synthesizer
+from codes.serve.voices import DESIGN_VOICES, voice_id
 
 logger = logging.getLogger("omnivoice.serve")
 
-MODEL_IDS = ("omnivoice", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # OpenAI's names are accepted as aliases
-MAX_STEPS = 256
-SPEED_RANGE = (0.25, 4.0)
-MAX_DURATION = 3600.0  # seconds: a bound for `duration`, far past any speech request
-MAX_SETTING = 1e6  # |value| of a float setting: finite is not enough, 1e308 overflows the maths
-SETTING_FIELDS = ("num_steps", "guidance_scale", "t_shift", "layer_penalty_factor", "position_temperature",
-                  "class_temperature")
-SPEECH_FIELDS = {"model", "input", "voice", "instructions", "response_format", "speed", "stream_format",
-                 "language", "duration", "seed", "stream", "user", *SETTING_FIELDS}
-DEFAULT_SETTINGS = GenerationSettings()
 STREAM_HEADERS = {"X-Accel-Buffering": "no", "Cache-Control": "no-cache"}
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error"):
-        super().__init__(message)
-        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
 
 
 def envelope(status: int, message: str, param=None, code=None, kind="invalid_request_error") -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
-
-
-@dataclass
-class ServerConfig:
-    voices_dir: Path
-    api_key: str | None = None
-    limits: Limits = field(default_factory=Limits)
-
-
-@dataclass
-class ServerState:
-    config: ServerConfig
-    voices: Voices
-    synth: Synthesizer | None = None  # None until the model is loaded, warmed and its preloads pinned
-    request_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
-    in_flight: int = 0  # requests between admission and their last byte
-    draining: bool = False  # SIGTERM came: no new work, running requests finish
-
-    def unavailable(self) -> ApiError | None:
-        """Why the server takes no work now (a 503, for /health and every request alike), or None."""
-        if self.draining:
-            return ApiError(503, "the server is shutting down; retry on another", code="shutting_down",
-                            kind="server_error")
-        if self.synth is None:
-            return ApiError(503, "the model is still loading; retry shortly", code="model_not_ready",
-                            kind="server_error")
-        if self.synth.engine.dead:
-            return ApiError(503, "the decoding engine has stopped; restart the server", code="engine_down",
-                            kind="server_error")
-        return None
-
-    def ready(self) -> Synthesizer:
-        error = self.unavailable()
-        if error is not None:
-            raise error
-        return self.synth
-
-
-# --- request parsing -------------------------------------------------------------------------------
-
-def _number(body: dict, name: str, whole: bool = False):
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not isinstance(value, int)):
-        shown = excerpt(value) if isinstance(value, str) else excerpt(repr(value))
-        raise ApiError(400, f"{name} must be {'a whole number' if whole else 'a number'}, got {shown}", name)
-    if not math.isfinite(value):
-        raise ApiError(400, f"{name} must be finite, got {value!r}", name)
-    return value
-
-
-def _text(body: dict, name: str, required: bool = False, limit: int | None = None) -> str | None:
-    value = body.get(name)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str):
-        raise ApiError(400, f"{name} must be a string" + ("" if value is None else f", got {type(value).__name__}"), name)
-    if limit is not None and len(value) > limit:
-        raise ApiError(400, f"{name} is {len(value)} characters ({excerpt(value)}); the limit is {limit}", name)
-    return value
-
-
-@dataclass
-class SpeechParams:
-    text: str
-    voice: str
-    instructions: str | None
-    response_format: str
-    stream_format: str
-    speed: float | None
-    language: str | None
-    duration: float | None
-    seed: int | None
-    settings: GenerationSettings
-
-
-def parse_speech(body, limits: Limits) -> SpeechParams:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    unknown = sorted(set(body) - SPEECH_FIELDS)
-    if unknown:
-        names = ", ".join(excerpt(str(name)) for name in unknown[:5])
-        raise ApiError(400, f"unknown field(s): {names}; known: {', '.join(sorted(SPEECH_FIELDS))}",
-                       str(unknown[0])[:64])
-    _text(body, "model", limit=64)
-    text = _text(body, "input", required=True, limit=limits.max_input_chars)
-    if not text.strip():
-        raise ApiError(400, "input is empty; give at least one word to speak", "input")
-    voice = body.get("voice")
-    if isinstance(voice, dict):
-        voice = voice.get("id")
-    if not isinstance(voice, str) or not voice:
-        raise ApiError(400, "voice is required: a built-in name (alloy, ash, ...) or a saved voice's id", "voice")
-    if len(voice) > 64:
-        raise ApiError(404, f"unknown voice {excerpt(voice)}: voice ids are at most 64 characters", "voice",
-                       "voice_not_found")
-    instructions = _text(body, "instructions", limit=limits.max_instructions_chars)
-    language = _text(body, "language", limit=limits.max_language_chars)
-    response_format = _text(body, "response_format", limit=16) or "mp3"
-    try:
-        check_format(response_format)
-    except UserError as exc:
-        raise ApiError(400, str(exc), "response_format") from None
-    stream_format = _text(body, "stream_format", limit=16) or "audio"
-    if stream_format not in ("audio", "sse"):
-        raise ApiError(400, f"stream_format must be 'audio' or 'sse', got {stream_format!r}", "stream_format")
-    speed = _number(body, "speed")
-    if speed is not None and not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
-        raise ApiError(400, f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}, got {speed}", "speed")
-    num_steps = _number(body, "num_steps", whole=True)
-    if num_steps is not None and not 1 <= num_steps <= MAX_STEPS:
-        raise ApiError(400, f"num_steps must be between 1 and {MAX_STEPS}, got {num_steps}", "num_steps")
-    changes = {name: _number(body, name, whole=name == "num_steps") for name in SETTING_FIELDS}
-    for name, value in changes.items():
-        if value is not None and abs(value) > MAX_SETTING:
-            raise ApiError(400, f"{name} must be within ±{MAX_SETTING:g}, got {value:g}", name)
-    try:
-        settings = DEFAULT_SETTINGS.replace(**{k: v for k, v in changes.items() if v is not None})
-    except UserError as exc:
-        raise ApiError(400, str(exc), next((n for n in SETTING_FIELDS if str(exc).startswith(n)), None)) from None
-    duration = _number(body, "duration")
-    if duration is not None and not 0 < duration <= MAX_DURATION:
-        raise ApiError(400, f"duration must be > 0 and at most {MAX_DURATION:g} seconds, got {duration:g}", "duration")
-    seed = _number(body, "seed", whole=True)
-    if seed is not None and not 0 <= seed < 2**63:
-        raise ApiError(400, f"seed must be between 0 and 2**63 - 1, got {seed}", "seed")
-    return SpeechParams(text, voice, instructions, response_format, stream_format,
-                        None if speed is None or speed == 1.0 else float(speed), language, duration, seed, settings)
-
-
-# --- voices ---------------------------------------------------------------------------------------
-
-async def resolve_voice(state: ServerState, synth: Synthesizer, name: str, instructions: str | None, text: str):
-    try:
-        return await state.voices.resolve(synth, name, instructions, text)
-    except UnknownVoice as exc:
-        raise ApiError(404, str(exc), "voice", "voice_not_found") from None
-    except QueueFull:
-        raise
-    except UserError as exc:
-        if name in DESIGN_VOICES:
-            raise ApiError(400, str(exc), "instructions") from None
-        raise ApiError(400, str(exc), "voice", "voice_unreadable") from None
-
-
-def _read_clip(data: bytes) -> tuple[np.ndarray, int]:
-    """A reference clip in any format soundfile or PyAV reads -> ([channels, samples] float32, rate)."""
-    import soundfile
-
-    try:
-        wav, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
-        return np.ascontiguousarray(wav.T), int(rate)
-    except Exception:  # not a format libsndfile knows: try FFmpeg's demuxers
-        pass
-    try:
-        import av
-
-        with av.open(io.BytesIO(data)) as container:
-            stream = container.streams.audio[0]
-            resampler = av.AudioResampler(format="fltp", layout="mono", rate=stream.rate)
-            pieces = [frame.to_ndarray() for packet in container.decode(stream) for frame in resampler.resample(packet)]
-            pieces += [frame.to_ndarray() for frame in resampler.resample(None)]
-            if pieces:
-                return np.concatenate(pieces, axis=1).astype(np.float32), int(stream.rate)
-    except Exception:
-        pass
-    raise ApiError(400, "cannot read the voice clip; send WAV, FLAC, OGG, MP3 or another common audio file", "file",
-                   "unreadable_audio")
 
 
 # --- the app ---------------------------------------------------------------------------------------
@@ -247,10 +57,10 @@ def _key_matches(scope, key: str) -> bool:
     return hmac.compare_digest(token.encode(), key.encode())
 
 
-def _guard(app, state: ServerState):
+def _guard(app, state: ServerState, mounted=None):
     """ASGI middleware around every request (plain ASGI: Starlette's BaseHTTPMiddleware would turn a
     stream that fails into a clean end):
-    - with --api-key, /v1/* needs 'Authorization: Bearer KEY' (401);
+    - with --api-key, /v1/* and the mounted door's paths (/mcp) need 'Authorization: Bearer KEY' (401);
     - a body past its limit is refused before it is read (by its Content-Length) or while it is
       (counted as it arrives), so no route ever holds more than the limit;
     - a speech request counts as in flight until its response has ended however it ends, and its
@@ -260,7 +70,8 @@ def _guard(app, state: ServerState):
         if scope["type"] != "http":
             return await app(scope, receive, send)
         key = state.config.api_key
-        if key and scope["path"].startswith("/v1/") and not _key_matches(scope, key):
+        guarded = scope["path"].startswith("/v1/") or (mounted is not None and mounted.handles(scope["path"]))
+        if key and guarded and not _key_matches(scope, key):
             return await envelope(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
                                   code="invalid_api_key")(scope, receive, send)
         if scope["path"] == "/v1/audio/speech":
@@ -275,6 +86,7 @@ def _guard(app, state: ServerState):
         return await _limited(scope, receive, send)
 
     async def _limited(scope, receive, send):
+        target = mounted.app if mounted is not None and mounted.handles(scope["path"]) else app
         limits = state.config.limits
         upload = scope["path"] == "/v1/audio/voices"
         limit, flag = ((limits.max_upload_bytes, "--max-upload-bytes") if upload
@@ -302,7 +114,7 @@ def _guard(app, state: ServerState):
             if message["type"] == "http.response.start":  # the app's answer to a cut body: a 413 instead
                 await _too_large(limit, flag)(scope, receive, send)
 
-        return await app(scope, counted, replaced)
+        return await target(scope, counted, replaced)
 
     return middleware
 
@@ -318,13 +130,24 @@ async def _drain(receive, cap: int = 64 << 20) -> None:
             return
 
 
-def create_app(state: ServerState) -> FastAPI:
-    app = FastAPI(title="omnivoice-onnx", docs_url=None, redoc_url=None, openapi_url=None)
+def create_app(state: ServerState, doors=()):
+    """The HTTP API as an ASGI app. `doors` run with it (each an async context manager `running()`,
+    e.g. the Wyoming server); one with `handles(path)` and `app` (MCP) serves its paths, behind the
+    same key and body limits."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_):
+        async with contextlib.AsyncExitStack() as stack:
+            for door in doors:
+                await stack.enter_async_context(door.running())
+            yield
+
+    app = FastAPI(title="omnivoice-onnx", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.omnivoice = state
     limits = state.config.limits
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_, exc: ApiError):
+    @app.exception_handler(RequestError)
+    async def _api_error(_, exc: RequestError):
         return envelope(exc.status, exc.message, exc.param, exc.code, exc.kind)
 
     @app.exception_handler(UserError)
@@ -364,6 +187,10 @@ def create_app(state: ServerState) -> FastAPI:
         return {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "omnivoice-onnx"}
                                            for m in MODEL_IDS]}
 
+    @app.get("/v1/audio/models")
+    async def audio_models():  # Open WebUI lists its TTS models from here
+        return {"models": [{"id": m} for m in MODEL_IDS]}
+
     @app.get("/v1/audio/voices")
     async def list_voices():
         listing = await asyncio.get_running_loop().run_in_executor(None, state.voices.book.listing)
@@ -375,41 +202,23 @@ def create_app(state: ServerState) -> FastAPI:
         form = await request.form(max_part_size=limits.max_upload_bytes)
         upload = form.get("file") or form.get("audio_sample")
         if upload is None or isinstance(upload, str):
-            raise ApiError(400, "send the reference clip as the multipart file field 'file'", "file")
+            raise RequestError(400, "send the reference clip as the multipart file field 'file'", "file")
         transcript = form.get("text") or form.get("ref_text")
         if not isinstance(transcript, str) or not transcript.strip():
-            raise ApiError(400, "send the clip's transcript as the field 'text'", "text")
-        if len(transcript) > limits.max_transcript_chars:
-            raise ApiError(400, f"the transcript is {len(transcript)} characters; the limit is "
-                                f"{limits.max_transcript_chars}", "text", "transcript_too_long")
+            raise RequestError(400, "send the clip's transcript as the field 'text'", "text")
         name = form.get("name") or getattr(upload, "filename", None) or ""
         vid = voice_id(Path(str(name)[:256]).stem if not form.get("name") else str(name)[:256])
-        loop = asyncio.get_running_loop()
-        book = state.voices.book
-        if await loop.run_in_executor(None, book.saved_path, vid) is not None:  # before any decoding
-            raise ApiError(409, f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})", "name",
-                           "voice_exists")
-        if len(await loop.run_in_executor(None, book.saved_ids)) >= limits.max_voices:
-            raise ApiError(409, f"{limits.max_voices} voices are saved, the most --max-voices allows; delete one first",
-                           "name", "too_many_voices")
-        wav, rate = await loop.run_in_executor(None, _read_clip, await upload.read())
-        seconds = wav.shape[-1] / rate
-        if seconds > limits.max_ref_seconds_upload:
-            raise ApiError(400, f"the clip is {seconds:.1f} s; the limit is {limits.max_ref_seconds_upload:g} s (a "
-                                "clone prompt needs only a few seconds): trim it", "file", "clip_too_long")
-        voice = await loop.run_in_executor(synth.decode_pool, synth.tts.create_voice, (wav, rate), transcript)
-        await loop.run_in_executor(None, book.save, vid, voice)
-        logger.info("saved voice %s (%d frames)", vid, voice.codes.shape[1])
+        await save_voice(state, synth, upload.read, transcript, vid)
         return {"id": vid, "name": vid}
 
     @app.delete("/v1/audio/voices/{vid}")
     async def delete_voice(vid: str):
         if vid in DESIGN_VOICES:
-            raise ApiError(400, f"{vid!r} is a built-in voice and cannot be deleted", "voice")
+            raise RequestError(400, f"{vid!r} is a built-in voice and cannot be deleted", "voice")
         loop = asyncio.get_running_loop()
         if not await loop.run_in_executor(None, state.voices.book.delete, vid):
             unknown = await loop.run_in_executor(None, state.voices.book.unknown_voice, vid[:64])
-            raise ApiError(404, str(unknown), "voice", "voice_not_found")
+            raise RequestError(404, str(unknown), "voice", "voice_not_found")
         return {"id": vid, "deleted": True}
 
     @app.post("/v1/audio/speech")
@@ -418,35 +227,23 @@ def create_app(state: ServerState) -> FastAPI:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
-            raise ApiError(400, "the request body is not valid JSON") from None
-        params = parse_speech(body, limits)
+            raise RequestError(400, "the request body is not valid JSON") from None
+        params = parse_speech(body, state.config)
         if state.in_flight > limits.max_concurrent:  # this request is counted already (_guard)
-            raise ApiError(429, f"the server is busy ({limits.max_concurrent} requests in flight); retry shortly",
-                           code="rate_limit_exceeded", kind="rate_limit_error")
+            raise too_busy(limits)
         return await _speak(state, synth, request, params)
 
-    return _guard(app, state)
+    return _guard(app, state, next((door for door in doors if hasattr(door, "handles")), None))
 
 
 async def _speak(state: ServerState, synth: Synthesizer, request: Request, params: SpeechParams):
     """The request's first audio, then a response that streams the rest (and frees its place when done)."""
     limits = state.config.limits
-    request_id = next(state.request_ids)
     received_at = time.perf_counter()
     job_box: list[SpeechJob] = request.scope.setdefault("omnivoice_jobs", [])
 
     async def prepare():
-        chunks = stream_chunks(params.text)
-        if not chunks:
-            raise ApiError(400, "input has nothing to speak", "input")
-        voice, instruct = await resolve_voice(state, synth, params.voice, params.instructions, params.text)
-        requests = settle_sentences(synth.tts, chunks, params.language, instruct, voice, params.duration,
-                                    params.speed, params.settings)
-        job = SpeechJob(synth, requests, params.settings, params.seed, voice.rms if voice else None,
-                        len(params.text), received_at, deadline=received_at + limits.max_request_seconds,
-                        request_id=request_id)
-        job.start()  # QueueFull here is the request's 429, before it is a job that logs
-        job_box.append(job)
+        job = await open_speech(state, synth, params, "http", received_at, job_box)
         pieces = job.pieces()
         return job, pieces, await pieces.__anext__()
 
@@ -480,8 +277,8 @@ async def _until_first_audio(request: Request, prepare, timeout: float, job_box:
             if job is not None:
                 job.status, job.reason = "error", str(exc)
                 job.finish()
-            raise ApiError(500 if exc.server_side else 400, str(exc), code="generation_failed",
-                           kind="server_error" if exc.server_side else "invalid_request_error") from None
+            raise RequestError(500 if exc.server_side else 400, str(exc), code="generation_failed",
+                               kind="server_error" if exc.server_side else "invalid_request_error") from None
     task.cancel()
     job = job_box[0] if job_box else None
     if job is not None:
@@ -489,8 +286,8 @@ async def _until_first_audio(request: Request, prepare, timeout: float, job_box:
         job.status = "disconnected" if watcher in done else "timeout"
         job.finish()
     if watcher in done:
-        raise ApiError(499, "client closed the request", code="client_closed")
-    raise ApiError(504, f"no audio within the request timeout ({timeout:g} s); retry with shorter input or fewer "
+        raise RequestError(499, "client closed the request", code="client_closed")
+    raise RequestError(504, f"no audio within the request timeout ({timeout:g} s); retry with shorter input or fewer "
                         "steps", code="timeout", kind="server_error")
 
 

@@ -114,10 +114,38 @@ class SpeechJob:
     reason: str | None = None  # why it ended in error
     deadline: float = float("inf")  # perf_counter time by which the whole request must be done
     request_id: int = 0
+    door: str = "http"  # which protocol asked (http, wyoming, mcp), for the log line
+    closed: bool = True  # False while text may still arrive (extend(), then close())
     finished: bool = False  # its log line is written
 
     def __post_init__(self):
         self.items = [None] * len(self.requests)
+        self._grown = asyncio.Event()
+
+    def extend(self, requests: list[Request], chars: int) -> None:
+        """More chunks (of `chars` characters) for a job whose text is still arriving, spoken after
+        the ones before: submitted now where nothing is ahead of them, else when the chunk before is."""
+        if self.closed:
+            raise RuntimeError("extend() on a closed job")
+        self.chars += chars
+        self.requests.extend(requests)
+        self.items.extend([None] * len(requests))
+        if self.items[0] is None:
+            self._submit(0)
+        else:  # its predecessor's codes are done already: nothing will submit it sooner
+            index = len(self.requests) - len(requests)
+            before = self.items[index - 1]
+            if before is not None and before.future.done() and self.items[index] is None:
+                try:
+                    self._submit(index)
+                except QueueFull:
+                    pass  # pieces() waits for room
+        self._grown.set()
+
+    def close(self) -> None:
+        """No more text: pieces() ends after the chunks it has."""
+        self.closed = True
+        self._grown.set()
 
     def _submit(self, index: int) -> None:
         noise = RandomNoise(None if self.seed is None else self.seed + index)
@@ -127,12 +155,16 @@ class SpeechJob:
         self.items[index] = self.synth.submit(self.requests[index], self.settings, noise, urgent=index == 0, due=due)
 
     def start(self) -> None:
-        """Submit the first sentences; QueueFull here is the request's 429, before any response."""
-        self._submit(0)
+        """Submit the first chunk; QueueFull here is the request's 429, before any response."""
+        if self.requests:
+            self._submit(0)
 
     def _check_deadline(self) -> None:
         if time.perf_counter() > self.deadline:
-            raise StreamFailed("the request ran past --max-request-seconds; send shorter input or fewer steps")
+            raise _past_deadline()
+
+    def _left(self) -> float | None:
+        return None if self.deadline == float("inf") else max(self.deadline - time.perf_counter(), 0.0)
 
     async def _ensure_submitted(self, index: int) -> None:
         """Submit a later chunk, waiting for room in the queue until the request's deadline."""
@@ -145,11 +177,9 @@ class SpeechJob:
 
     async def _codes(self, index: int) -> np.ndarray:
         try:
-            left = None if self.deadline == float("inf") else max(self.deadline - time.perf_counter(), 0.0)
-            return await asyncio.wait_for(self.synth.codes(self.items[index]), left)
-        except asyncio.TimeoutError:
-            self._check_deadline()
-            raise
+            return await asyncio.wait_for(self.synth.codes(self.items[index]), self._left())
+        except asyncio.TimeoutError:  # the loop's clock and perf_counter may differ by a hair
+            raise _past_deadline() from None
         except (CancelledError, asyncio.CancelledError):
             raise
         except Exception as exc:  # the item failed in the engine
@@ -158,7 +188,17 @@ class SpeechJob:
     async def pieces(self):
         """Each chunk's audio (float32, 24 kHz) in order, as soon as it is decoded; StreamFailed if
         one cannot be made."""
-        for index in range(len(self.requests)):
+        index = 0
+        while True:
+            if index == len(self.requests):
+                if self.closed:
+                    return
+                self._grown.clear()
+                try:
+                    await asyncio.wait_for(self._grown.wait(), self._left())
+                except asyncio.TimeoutError:  # the loop's clock and perf_counter may differ by a hair
+                    raise _past_deadline() from None
+                continue
             self._check_deadline()
             await self._ensure_submitted(index)
             codes = await self._codes(index)
@@ -175,6 +215,7 @@ class SpeechJob:
             if self.first_audio_at is None:
                 self.first_audio_at = time.perf_counter()
             self.audio_samples += len(wav)
+            index += 1
             yield wav
 
     def cancel(self) -> None:
@@ -198,9 +239,13 @@ class SpeechJob:
         shared = max((item.max_shared for item in self.items if item is not None), default=0)
         first = (self.first_audio_at - self.received_at) if self.first_audio_at else float("nan")
         reason = "" if self.reason is None else f" reason={json.dumps(self.reason)}"
-        return (f"speech request={request_id} status={self.status} chars={self.chars} sentences={len(self.requests)} "
-                f"audio={self.audio_samples / SAMPLE_RATE:.2f}s queue_wait={queue_wait:.3f}s "
+        return (f"speech request={request_id} door={self.door} status={self.status} chars={self.chars} "
+                f"sentences={len(self.requests)} audio={self.audio_samples / SAMPLE_RATE:.2f}s queue_wait={queue_wait:.3f}s "
                 f"first_audio={first:.3f}s total={now - self.received_at:.3f}s max_batch_shared={shared}{reason}")
+
+
+def _past_deadline() -> StreamFailed:
+    return StreamFailed("the request ran past --max-request-seconds; send shorter input or fewer steps")
 
 
 def settle_sentences(tts: OmniVoiceOnnx, chunks: list[str], language, instruct, voice: Voice | None,
