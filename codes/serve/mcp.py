@@ -1,0 +1,175 @@
+"""The MCP door: tools for AI agents (the official `mcp` SDK) onto the same service.
+
+Tools: `speak` (audio as MCP audio content, base64 with its MIME type; with --mcp-output-dir also a
+file there, named by the server, never over an existing one), `list_voices`, `save_voice` (a clip
+that lies under --voices_dir or --mcp-output-dir). Bad arguments are tool errors (isError), with
+the same one-line messages as the HTTP API. Transports: streamable HTTP at /mcp on the HTTP server
+(behind --api-key), or stdio (serve.py --mcp-stdio).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import AudioContent, TextContent
+
+from codes import __version__
+from codes.common.errors import UserError
+from codes.runtime.engine import EngineDown
+from codes.runtime.specs import SAMPLE_RATE
+from codes.serve.encode import CONTENT_TYPES, StreamEncoder
+from codes.serve.service import RequestError, ServerState, open_speech, parse_speech
+from codes.serve.service import save_voice as store_voice
+from codes.serve.speech import StreamFailed
+from codes.serve.voices import voice_id
+
+logger = logging.getLogger("omnivoice.serve")
+
+PATH = "/mcp"
+INSTRUCTIONS = ("Speak text aloud or make voice files with OmniVoice (600+ languages). Voices: list_voices; "
+                "a built-in name such as alloy, or a saved voice; save_voice adds one from a reference clip.")
+
+
+@contextlib.contextmanager
+def _tool_errors():
+    """Every refusal as a tool error the agent reads, never a crashed call."""
+    try:
+        yield
+    except (RequestError, UserError, StreamFailed, EngineDown) as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _inside(path: Path, folders: list[Path]) -> bool:
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(folder.resolve()) for folder in folders)
+
+
+def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
+    server = MCPServer(name="omnivoice-onnx", version=__version__, instructions=INSTRUCTIONS)
+    limits = state.config.limits
+
+    @server.tool()
+    async def speak(text: str, voice: str = "alloy", language: str | None = None, instructions: str | None = None,
+                    speed: float | None = None, num_steps: int | None = None, seed: int | None = None,
+                    response_format: str = "wav") -> list[AudioContent | TextContent]:
+        """Speak `text` and return the audio. voice: a built-in name (alloy, ash, ...) or a saved voice's
+        id; language: an id or name (default: detected); instructions: a voice design for a built-in
+        voice ("female, low pitch, british accent"); speed 0.25-4; num_steps: decoding steps (default
+        32, fewer is faster); seed: the same seed gives the same audio; response_format: wav, mp3,
+        opus, aac, flac or pcm."""
+        with _tool_errors():
+            fields = {"input": text, "voice": voice, "language": language, "instructions": instructions,
+                      "speed": speed, "num_steps": num_steps, "seed": seed, "response_format": response_format}
+            params = parse_speech({k: v for k, v in fields.items() if v is not None}, state.config)
+            synth = state.admit()
+            try:
+                job = await open_speech(state, synth, params, "mcp")
+                try:
+                    pieces = [wav async for wav in job.pieces()]
+                except BaseException as exc:
+                    job.status = "error" if isinstance(exc, Exception) else "disconnected"
+                    job.reason = str(exc) if isinstance(exc, Exception) else None
+                    raise
+                finally:
+                    job.cancel()
+                    job.finish()
+                data = await asyncio.get_running_loop().run_in_executor(
+                    synth.encode_pool, _encode, np.concatenate(pieces), params.response_format)
+            finally:
+                state.release()
+            seconds = sum(len(wav) for wav in pieces) / SAMPLE_RATE
+            summary = f"{seconds:.2f} s of speech, voice {params.voice}, {params.response_format}"
+            content: list[AudioContent | TextContent] = [
+                AudioContent(data=base64.b64encode(data).decode("ascii"),
+                             mime_type=CONTENT_TYPES[params.response_format])]
+            if output_dir is not None:
+                path = await asyncio.get_running_loop().run_in_executor(
+                    None, _write_new, output_dir, job.request_id, params.response_format, data)
+                summary += f", written to {path}"
+            return [*content, TextContent(text=summary)]
+
+    @server.tool()
+    async def list_voices() -> list[dict]:
+        """The voices speak accepts: built-in design voices (with their voice design) and saved voices."""
+        return await asyncio.get_running_loop().run_in_executor(None, state.voices.book.listing)
+
+    @server.tool()
+    async def save_voice(audio_path: str, transcript: str, name: str) -> str:
+        """Save a voice to clone: `audio_path`, a reference clip of a few seconds (WAV, FLAC, MP3, ...)
+        lying under the server's voices or output folder; `transcript`, what it says; `name`, the new
+        voice's id (letters, digits, - and _). Returns the id to pass to speak as voice."""
+        with _tool_errors():
+            folders = [state.config.voices_dir, *([output_dir] if output_dir else [])]
+            path = Path(audio_path)
+            if not _inside(path, folders) or not path.is_file():
+                raise UserError(f"audio_path {audio_path!r} is not a file under "
+                                f"{' or '.join(str(f) for f in folders)}; put the clip there first")
+            if path.stat().st_size > limits.max_upload_bytes:
+                raise UserError(f"the clip is over {limits.max_upload_bytes} bytes; trim it")
+            if not transcript.strip():
+                raise UserError("transcript is empty; give what the clip says")
+            vid = voice_id(name)
+            synth = state.admit()
+            try:
+                await store_voice(state, synth, lambda: asyncio.to_thread(path.read_bytes), transcript, vid)
+            finally:
+                state.release()
+            return f"saved voice {vid!r}; use it as speak's voice"
+
+    return server
+
+
+def _encode(wav: np.ndarray, response_format: str) -> bytes:
+    encoder = StreamEncoder(response_format, SAMPLE_RATE)
+    return encoder.push(wav) + encoder.close()
+
+
+def _write_new(folder: Path, request_id: int, response_format: str, data: bytes) -> Path:
+    """The file under `folder`, whole or not at all, under a name no earlier file has."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    fd, tmp = tempfile.mkstemp(prefix=".speech-", suffix=f".{response_format}", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(tmp, 0o644)
+        for attempt in range(1000):
+            path = folder / f"speech-{stamp}-{request_id}{f'-{attempt}' if attempt else ''}.{response_format}"
+            try:
+                os.link(tmp, path)  # fails on an existing name: never replaces a file
+                return path
+            except FileExistsError:
+                continue
+    finally:
+        os.unlink(tmp)
+    raise UserError(f"no free file name in {folder}")
+
+
+class McpDoor:
+    """MCP over streamable HTTP at /mcp, inside the HTTP server (its session manager runs with it)."""
+
+    def __init__(self, state: ServerState, output_dir: Path | None, host: str):
+        self.server = build(state, output_dir)
+        self.app = self.server.streamable_http_app(streamable_http_path=PATH, stateless_http=True, host=host)
+
+    @contextlib.asynccontextmanager
+    async def running(self):
+        async with self.server.session_manager.run():
+            yield
+
+    def handles(self, path: str) -> bool:
+        return path == PATH or path.startswith(PATH + "/")
+
+
+async def run_stdio(state: ServerState, output_dir: Path | None) -> None:
+    await build(state, output_dir).run_stdio_async()
