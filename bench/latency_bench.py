@@ -19,7 +19,6 @@ is the first body bytes.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -34,7 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from serve_bench import one_request, start  # noqa: E402
 
-from codes.checks.bench import machine  # noqa: E402
+from codes.checks.bench import machine, machine_line, write_page  # noqa: E402
 
 WORKLOADS = {
     "2 s reply": "Turning on the kitchen lights.",
@@ -151,8 +150,7 @@ def main() -> int:
 
     info = machine()
     lines = [f"# Time to first audio: `{args.model_dir.name}`, this checkout against `{args.base.name}`", "",
-             f"{info['cpu']}, {info['logical_cpus']} cores ({', '.join(info['isa']) or 'no AVX2'}); onnxruntime "
-             f"{info['onnxruntime']}. Streamed pcm, voice alloy, seeded; first audio is the first body bytes. "
+             f"{machine_line(info)}. Streamed pcm, voice alloy, seeded; first audio is the first body bytes. "
              f"`base`: the other checkout, --max-batch 8; `now`: this one, --max-batch 8; `now-mb1`: this one, "
              f"--max-batch 1. Warm rows: {args.rounds} interleaved rounds after one warming request; cold: the first "
              f"request after a restart. Throughput: audio seconds per wall second. Made by `bench/latency_bench.py`.", "",
@@ -168,13 +166,9 @@ def main() -> int:
             lines.append(f"| {workload} | {clients} | {num_steps} | {kind} | {name} | {s['first_p50']:.2f} / "
                          f"{s['first_p95']:.2f} | {s['total_p50']:.2f} / {s['total_p95']:.2f} | {s['throughput']:.2f} "
                          f"| {ratio} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-        args.out.with_suffix(".json").write_text(json.dumps({"machine": info, "args": vars(args) | {
-            "model_dir": str(args.model_dir), "higgs_dir": str(args.higgs_dir), "base": str(args.base),
-            "out": str(args.out)}, "results": table}, indent=1, default=str) + "\n")
+    write_page(args.out, lines, {"machine": info, "args": vars(args) | {
+        "model_dir": str(args.model_dir), "higgs_dir": str(args.higgs_dir), "base": str(args.base),
+        "out": str(args.out)}, "results": table})
     return 0
 
 

@@ -123,18 +123,19 @@ def test_wyoming_one_shot_gives_24khz_audio_then_stop(server):
 def test_wyoming_streaming_speaks_the_first_sentence_before_the_reply_is_written(server):
     """Home Assistant's sequence: start, chunks as the LLM writes, the whole text again as a plain
     synthesize (for older servers), stop. Audio for the first sentence comes before the last chunk
-    is sent, and the plain synthesize is not spoken a second time."""
+    is sent, and the plain synthesize is not spoken a second time. The voice is pinned on first use,
+    so the first chunks arrive while it is being pinned."""
     start = len(server.log_lines())
 
     async def stream():
         async with AsyncTcpClient("127.0.0.1", server.wyoming_port) as client:
-            await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="alloy")).event())
+            await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="ballad")).event())
             for piece in ("Sure, I turned", " on the kitchen lights. "):
                 await client.write_event(SynthesizeChunk(text=piece).event())
             early = await read_until(client, "audio-chunk")  # nothing more is sent until audio comes
             for piece in REPLY[1:]:
                 await client.write_event(SynthesizeChunk(text=piece).event())
-            await client.write_event(Synthesize(text="".join(REPLY), voice=SynthesizeVoice(name="alloy")).event())
+            await client.write_event(Synthesize(text="".join(REPLY), voice=SynthesizeVoice(name="ballad")).event())
             await client.write_event(SynthesizeStop().event())
             return early, await read_until(client, "synthesize-stopped")
 
@@ -143,6 +144,7 @@ def test_wyoming_streaming_speaks_the_first_sentence_before_the_reply_is_written
     assert [e.type for e in rest if not AudioChunk.is_type(e.type)] == ["audio-stop", "synthesize-stopped"]
     (line,) = wait_for_line(server, start, "wyoming")
     assert line["status"] == "ok" and int(line["sentences"]) >= 3 and int(line["chars"]) == len("".join(REPLY))
+    assert any("pinned voice design 'british accent, male, middle-aged" in l for l in server.log_lines(start))
     time.sleep(0.5)
     assert len([l for l in server.request_lines(start) if l["door"] == "wyoming"]) == 1  # the copy was not spoken
 

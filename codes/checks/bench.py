@@ -289,6 +289,24 @@ def machine() -> dict:
             "onnxruntime": onnxruntime.__version__}
 
 
+def machine_line(info: dict) -> str:
+    """How a results page names its machine: the CPU, its cores and instruction sets, onnxruntime."""
+    return (f"{info['cpu']}, {info['logical_cpus']} cores ({', '.join(info['isa']) or 'no AVX2'}); onnxruntime "
+            f"{info['onnxruntime']}")
+
+
+def write_page(out: Path | None, lines: list[str], data: dict | None = None) -> None:
+    """A bench script's markdown page, printed, and with `out` written there (and `data` beside it as .json)."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out is not None:
+        with atomic_path(out) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+        if data is not None:
+            with atomic_path(out.with_suffix(".json")) as tmp:
+                tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+
+
 def markdown(report: dict) -> str:
     lines = [f"# Benchmark: {report['workload']} workload", "",
              f"Command: `{report['command']}`", "",

@@ -290,7 +290,8 @@ async def open_speech(state: ServerState, synth: Synthesizer, params: SpeechPara
 class TextSpeech:
     """A request whose text arrives in pieces (an LLM's reply, Wyoming's synthesize-chunk): each
     sentence joins the job as soon as it is complete (codes/runtime/chunks.py TextStream), so the
-    first is spoken while later text is still coming."""
+    first is spoken while later text is still coming. Text that comes while the voice is still being
+    resolved (a design voice pinning) waits for it."""
 
     def __init__(self, state: ServerState, synth: Synthesizer, params: SpeechParams, door: str):
         from codes.runtime.chunks import TextStream
@@ -299,16 +300,24 @@ class TextSpeech:
         self.text = TextStream()
         self.chars = 0
         self.voice = self.instruct = None
+        self.opened = self.closing = False
+        self.held: list[tuple[list[str], int]] = []  # chunks that came before the voice
         received_at = time.perf_counter()
         self.job = SpeechJob(synth, [], params.settings, params.seed, None, 0, received_at,
                              deadline=received_at + state.config.limits.max_request_seconds,
                              request_id=next(state.request_ids), door=door, closed=False)
 
     async def open(self) -> None:
-        """Resolve the voice (pinning a design voice if need be) before any text comes."""
+        """Resolve the voice (pinning a design voice if need be), then queue what came meanwhile."""
         self.voice, self.instruct = await resolve_voice(self.state, self.synth, self.params.voice,
                                                         self.params.instructions, self.params.text)
         self.job.ref_rms = self.voice.rms if self.voice else None
+        self.opened = True
+        for chunks, chars in self.held:
+            self._add(chunks, chars)
+        self.held = []
+        if self.closing:
+            self.job.close()
 
     def push(self, text: str) -> None:
         limit = self.state.config.limits.max_input_chars
@@ -320,12 +329,16 @@ class TextSpeech:
 
     def close(self) -> None:
         self._add(self.text.flush(), 0)
-        self.job.close()
+        self.closing = True
+        if self.opened:
+            self.job.close()
 
     def _add(self, chunks: list[str], chars: int) -> None:
-        if not chunks:
+        if not self.opened:
+            self.held.append((chunks, chars))
+        elif chunks:
+            requests = settle_sentences(self.synth.tts, chunks, self.params.language, self.instruct, self.voice,
+                                        None, self.params.speed, self.params.settings)
+            self.job.extend(requests, chars)
+        else:
             self.job.chars += chars
-            return
-        requests = settle_sentences(self.synth.tts, chunks, self.params.language, self.instruct, self.voice, None,
-                                    self.params.speed, self.params.settings)
-        self.job.extend(requests, chars)

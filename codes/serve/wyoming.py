@@ -249,5 +249,10 @@ class WyomingDoor:
             logger.warning("wyoming: zeroconf is not installed (pip install zeroconf); not announced")
             return
         port = urlparse(self.uri).port
-        await HomeAssistantZeroconf(port=port, name=self.zeroconf_name).register_server()
+        try:
+            await HomeAssistantZeroconf(port=port, name=self.zeroconf_name).register_server()
+        except OSError as exc:  # no multicast route: serve anyway, Home Assistant can be pointed at it by hand
+            logger.warning("wyoming: cannot announce %s on the network (%s); add it by host and port",
+                           self.zeroconf_name, exc)
+            return
         logger.info("wyoming: announced as %s on port %s", self.zeroconf_name, port)
