@@ -52,6 +52,7 @@ SPEECH_FIELDS = {"model", "input", "voice", "instructions", "response_format", "
                  "language", "duration", "seed", "stream", "user", *SETTING_FIELDS}
 DEFAULT_SETTINGS = GenerationSettings()
 STREAM_HEADERS = {"X-Accel-Buffering": "no", "Cache-Control": "no-cache"}
+REPLICA_HEADER = "x-omnivoice-replica"
 
 
 class ApiError(Exception):
@@ -70,6 +71,7 @@ class ServerConfig:
     voices_dir: Path
     api_key: str | None = None
     limits: Limits = field(default_factory=Limits)
+    replica: str | None = None  # a Ray Serve replica's NAME/PID: sent as REPLICA_HEADER and in the request log
 
 
 @dataclass
@@ -259,6 +261,8 @@ def _guard(app, state: ServerState):
     async def middleware(scope, receive, send):
         if scope["type"] != "http":
             return await app(scope, receive, send)
+        if state.config.replica:
+            send = _named(send, state.config.replica)
         key = state.config.api_key
         if key and scope["path"].startswith("/v1/") and not _key_matches(scope, key):
             return await envelope(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
@@ -305,6 +309,18 @@ def _guard(app, state: ServerState):
         return await app(scope, counted, replaced)
 
     return middleware
+
+
+def _named(send, replica: str):
+    """`send` with the replica's name on every response's headers."""
+    header = (REPLICA_HEADER.encode(), replica.encode("latin-1"))
+
+    async def named(message):
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), header]}
+        await send(message)
+
+    return named
 
 
 async def _drain(receive, cap: int = 64 << 20) -> None:
@@ -444,7 +460,7 @@ async def _speak(state: ServerState, synth: Synthesizer, request: Request, param
                                     params.speed, params.settings)
         job = SpeechJob(synth, requests, params.settings, params.seed, voice.rms if voice else None,
                         len(params.text), received_at, deadline=received_at + limits.max_request_seconds,
-                        request_id=request_id)
+                        request_id=request_id, replica=state.config.replica)
         job.start()  # QueueFull here is the request's 429, before it is a job that logs
         job_box.append(job)
         pieces = job.pieces()

@@ -114,6 +114,7 @@ class SpeechJob:
     reason: str | None = None  # why it ended in error
     deadline: float = float("inf")  # perf_counter time by which the whole request must be done
     request_id: int = 0
+    replica: str | None = None  # the Ray Serve replica (NAME/PID) that speaks it, named in the log line
     finished: bool = False  # its log line is written
 
     def __post_init__(self):
@@ -198,7 +199,9 @@ class SpeechJob:
         shared = max((item.max_shared for item in self.items if item is not None), default=0)
         first = (self.first_audio_at - self.received_at) if self.first_audio_at else float("nan")
         reason = "" if self.reason is None else f" reason={json.dumps(self.reason)}"
-        return (f"speech request={request_id} status={self.status} chars={self.chars} sentences={len(self.requests)} "
+        replica = "" if self.replica is None else f" replica={self.replica}"
+        return (f"speech request={request_id}{replica} status={self.status} chars={self.chars} "
+                f"sentences={len(self.requests)} "
                 f"audio={self.audio_samples / SAMPLE_RATE:.2f}s queue_wait={queue_wait:.3f}s "
                 f"first_audio={first:.3f}s total={now - self.received_at:.3f}s max_batch_shared={shared}{reason}")
 
