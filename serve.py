@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import threading
 import time
 from pathlib import Path
 
-from codes.common.errors import UserError, run_cli
+from codes.common.errors import run_cli
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from codes.serve.cluster import add_cluster_flags
     from codes.serve.limits import add_limit_flags
     from codes.serve.voices import PIN_SECONDS
 
@@ -44,64 +44,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-ref-seconds", dest="max_ref_seconds", type=float,
                    help="trim saved voices longer than this when they are used (default: use them as given)")
     p.add_argument("--provider", choices=("cpu", "cuda"), help="execution provider (default: the build's)")
-    p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
+    p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores; with --ray, per replica: 1)")
     add_limit_flags(p.add_argument_group("limits (each refused before any heavy work)"))
+    add_cluster_flags(p.add_argument_group("a cluster (Ray Serve replicas behind Ray's HTTP proxy)"))
     return p.parse_args(argv)
-
-
-def _preload_names(value: str, known) -> list[str]:
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    if names == ["all"]:
-        return list(known)
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise UserError(f"--preload-voices: unknown design voice(s) {', '.join(unknown)}; use all or some of "
-                        f"{', '.join(known)}")
-    return names
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import uvicorn
-
-    from codes.runtime.manifest import find_builds, read_manifest
-    from codes.serve.app import ServerConfig, ServerState, create_app
-    from codes.serve.draining import DrainingServer
-    from codes.serve.limits import limits_from_args
-    from codes.serve.voices import DESIGN_VOICES, PIN_FOLDER, DesignPins, PinSettings, VoiceBook, Voices
+    from codes.serve.cluster import check_cluster_flags
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for name, value in (("--max-batch", args.max_batch), ("--max-queue", args.max_queue)):
-        if value < 1:
-            raise UserError(f"{name} must be >= 1, got {value}")
-    limits = limits_from_args(args)
-    model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
-    preload = _preload_names(args.preload_voices, DESIGN_VOICES)
-    try:
-        book = VoiceBook(args.voices_dir)
-    except OSError as exc:
-        raise UserError(f"cannot use --voices_dir {args.voices_dir} ({exc.strerror}); choose another folder") from None
-    pins = DesignPins(args.voices_dir / PIN_FOLDER, read_manifest(model_dir).identity(),
-                      PinSettings(seconds=args.pin_seconds), limits.max_pinned)
-    voices = Voices(book, pins, args.max_ref_seconds)
-    config = ServerConfig(args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY") or None, limits)
-    state = ServerState(config, voices)
-    server = DrainingServer(state, uvicorn.Config(create_app(state), host=args.host, port=args.port,
-                                                   log_level="warning", timeout_graceful_shutdown=limits.drain_seconds))
+    check_cluster_flags(args)
+    if args.ray:  # the same app on Ray Serve replicas behind Ray's HTTP proxy
+        from codes.serve.cluster import serve_on_ray
+
+        return serve_on_ray(args)
+    import uvicorn
+
+    from codes.serve.app import create_app
+    from codes.serve.draining import DrainingServer
+    from codes.serve.service import load_synthesizer, pins_summary, service_options, service_state
+
+    options = service_options(args)
+    state = service_state(options)
+    server = DrainingServer(state, uvicorn.Config(create_app(state), host=args.host, port=args.port, log_level="warning",
+                                                   timeout_graceful_shutdown=options.limits.drain_seconds))
     failure: list[BaseException] = []
 
     def load():
-        from codes.runtime.synthesis import OmniVoiceOnnx
-        from codes.serve.speech import Synthesizer
-
         start = time.perf_counter()
         try:
-            tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads)
-            tts.codec.load_decoder()
-            synth = Synthesizer(tts, args.max_batch, args.max_queue)
-            synth.warm_up()
-            synth.start()
-            voices.preload(synth, preload)
+            synth = load_synthesizer(options, state.voices)
         except BaseException as exc:  # reported by the main thread, which stops the server
             failure.append(exc)
             server.should_exit = True
@@ -109,8 +83,8 @@ def main(argv=None) -> int:
         state.synth = synth
         while not server.started and not server.should_exit:
             time.sleep(0.05)
-        print(f"ready: http://{args.host}:{args.port} ({model_dir.name}, loaded in {time.perf_counter() - start:.1f} s; "
-              f"design voices pinned: {pins.synthesized} synthesized, {pins.loaded} from {pins.folder})", flush=True)
+        print(f"ready: http://{args.host}:{args.port} ({options.model_dir.name}, loaded in "
+              f"{time.perf_counter() - start:.1f} s; {pins_summary(state)})", flush=True)
 
     threading.Thread(target=load, name="omnivoice-load", daemon=True).start()
     server.run()
