@@ -133,8 +133,9 @@ def serve_on_ray(args: argparse.Namespace) -> int:
     stop = threading.Event()
     start = time.perf_counter()
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
-    start_ray(args.address, log_to_driver=True, **({} if args.address else {"num_cpus": os.cpu_count()}))
+    signal.signal(signal.SIGTERM, _interrupt)  # while starting, SIGTERM unwinds as Ctrl-C does: Ray is stopped
     try:
+        start_ray(args.address, log_to_driver=True, **({} if args.address else {"num_cpus": os.cpu_count()}))
         started_serve = _start_serve(serve, args.host, args.port)
         try:
             _deploy(serve, options, plan)
@@ -158,6 +159,10 @@ def serve_on_ray(args: argparse.Namespace) -> int:
     finally:
         ray.shutdown()  # disconnects from a cluster; stops a local Ray this command started
     return 0
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
 
 
 def _check_fits_locally(plan: Scaling) -> None:
