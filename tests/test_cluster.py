@@ -115,6 +115,20 @@ def test_eight_concurrent_openai_requests_all_succeed_spread_over_both_replicas(
     assert replicas <= logged, logged
 
 
+def test_a_streamed_answer_streams_through_rays_proxy(cluster):
+    arrivals = []
+    start = time.perf_counter()
+    with cluster.client(timeout=60).audio.speech.with_streaming_response.create(
+            model="omnivoice", input=TWO_SENTENCES + " " + TWO_SENTENCES, voice="alloy", response_format="pcm",
+            extra_body=FAST) as response:
+        assert response.headers[HEADER]
+        for chunk in response.iter_bytes():
+            arrivals.append((time.perf_counter() - start, len(chunk)))
+    first, last = arrivals[0][0], arrivals[-1][0]
+    assert sum(size for _, size in arrivals) > 48000
+    assert last - first > 0.2, arrivals  # the first sentence's audio came while the others were being made
+
+
 def _on_other_replica(srv: Server, first: str, call, tries: int = 30):
     """Repeat `call` until a replica other than `first` answers it (Ray's router picks one of two each time)."""
     for _ in range(tries):
