@@ -16,6 +16,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -217,8 +218,18 @@ def _deploy(serve, options: ServiceOptions, plan: Scaling) -> None:
     deployment = serve.deployment(OmniVoiceReplica).options(**config)
     try:
         serve.run(deployment.bind(options), name=APP_NAME, route_prefix="/", blocking=False)
-    except Exception as exc:  # a replica that could not load: Ray says why in its last line
-        raise UserError(f"the replicas did not start: {ray_cause(exc)}") from None
+    except Exception as exc:  # a replica that could not load: say why in its own words where Ray kept them
+        raise UserError(f"the replicas did not start: {_replica_error(serve) or ray_cause(exc)}") from None
+
+
+def _replica_error(serve) -> str | None:
+    """The one-line UserError a replica's constructor raised, from the deployment's status, if any."""
+    try:
+        message = serve.status().applications[APP_NAME].deployments[DEPLOYMENT_NAME].message
+    except Exception:
+        return None
+    found = re.findall(r"UserError: (.+)", message or "")
+    return found[-1].strip() if found else None
 
 
 def _probe_url(host: str, port: int) -> str:
