@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 import threading
 import time
@@ -23,6 +22,7 @@ from codes.common.errors import UserError, run_cli
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from codes.serve.cluster import add_cluster_flags
     from codes.serve.limits import add_limit_flags
     from codes.serve.voices import PIN_SECONDS
 
@@ -48,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="decoding steps for requests that do not say (Wyoming never does; default: 32, as upstream); "
                         "fewer is faster and rougher")
     p.add_argument("--provider", choices=("cpu", "cuda"), help="execution provider (default: the build's)")
-    p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
+    p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores; with --ray, per replica: 1)")
     doors = p.add_argument_group("other doors onto the same engine (Home Assistant, AI agents)")
     doors.add_argument("--wyoming-uri", dest="wyoming_uri",
                        help="also serve Wyoming (Home Assistant) here, e.g. tcp://0.0.0.0:10200")
@@ -60,91 +60,40 @@ def parse_args(argv=None) -> argparse.Namespace:
                        help="serve MCP over stdin/stdout for an agent host that launches this command; no HTTP port, "
                             "logs on stderr")
     add_limit_flags(p.add_argument_group("limits (each refused before any heavy work)"))
+    add_cluster_flags(p.add_argument_group("a cluster (Ray Serve replicas behind Ray's HTTP proxy)"))
     return p.parse_args(argv)
-
-
-def _preload_names(value: str, known) -> list[str]:
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    if names == ["all"]:
-        return list(known)
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise UserError(f"--preload-voices: unknown design voice(s) {', '.join(unknown)}; use all or some of "
-                        f"{', '.join(known)}")
-    return names
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import uvicorn
-
-    from codes.runtime.manifest import find_builds, read_manifest
-    from codes.serve.app import create_app
-    from codes.serve.draining import DrainingServer
-    from codes.serve.mcp import McpDoor
-    from codes.runtime.settings import GenerationSettings
-    from codes.serve.service import MAX_STEPS, ServerConfig, ServerState
-    from codes.serve.limits import limits_from_args
-    from codes.serve.voices import DESIGN_VOICES, PIN_FOLDER, DesignPins, PinSettings, VoiceBook, Voices
+    from codes.serve.cluster import check_cluster_flags
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    for name, value in (("--max-batch", args.max_batch), ("--max-queue", args.max_queue)):
-        if value < 1:
-            raise UserError(f"{name} must be >= 1, got {value}")
-    if args.mcp_stdio and (args.wyoming_uri or args.wyoming_zeroconf):
-        raise UserError("--mcp-stdio serves MCP alone; drop --wyoming-uri, or run a second serve.py for Wyoming")
-    if args.wyoming_zeroconf and not args.wyoming_uri:
-        raise UserError("--wyoming-zeroconf announces the Wyoming server: give --wyoming-uri tcp://HOST:PORT too")
-    limits = limits_from_args(args)
-    model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
-    preload = _preload_names(args.preload_voices, DESIGN_VOICES)
-    try:
-        book = VoiceBook(args.voices_dir)
-    except OSError as exc:
-        raise UserError(f"cannot use --voices_dir {args.voices_dir} ({exc.strerror}); choose another folder") from None
-    pins = DesignPins(args.voices_dir / PIN_FOLDER, read_manifest(model_dir).identity(),
-                      PinSettings(seconds=args.pin_seconds), limits.max_pinned)
-    voices = Voices(book, pins, args.max_ref_seconds)
-    settings = GenerationSettings()
-    if args.num_steps is not None:
-        if not 1 <= args.num_steps <= MAX_STEPS:
-            raise UserError(f"--num-steps must be between 1 and {MAX_STEPS}, got {args.num_steps}")
-        settings = settings.replace(num_steps=args.num_steps)
-    config = ServerConfig(args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY") or None, limits,
-                          settings)
-    state = ServerState(config, voices)
+    check_cluster_flags(args)
+    _check_door_flags(args)
+    if args.ray:  # the same app on Ray Serve replicas behind Ray's HTTP proxy
+        from codes.serve.cluster import serve_on_ray
 
-    def synthesizer():
-        from codes.runtime.synthesis import OmniVoiceOnnx
-        from codes.serve.speech import Synthesizer
+        return serve_on_ray(args)
+    import uvicorn
 
-        tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads)
-        tts.codec.load_decoder()
-        synth = Synthesizer(tts, args.max_batch, args.max_queue)
-        synth.warm_up()
-        synth.start()
-        voices.preload(synth, preload)
-        return synth
+    from codes.serve.app import create_app
+    from codes.serve.draining import DrainingServer
+    from codes.serve.startup import doors, load_synthesizer, pins_summary, service_options, service_state
 
-    def loaded(start: float) -> str:
-        return (f"{model_dir.name}, loaded in {time.perf_counter() - start:.1f} s; design voices pinned: "
-                f"{pins.synthesized} synthesized, {pins.loaded} from {pins.folder}")
-
+    options = service_options(args)
+    state = service_state(options)
     if args.mcp_stdio:
-        return _mcp_stdio(state, synthesizer, loaded, args.mcp_output_dir)
-    doors = [McpDoor(state, args.mcp_output_dir, args.host)]
-    if args.wyoming_uri:
-        from codes.serve.wyoming import WyomingDoor
-
-        doors.append(WyomingDoor(state, args.wyoming_uri, args.wyoming_zeroconf))
-    server = DrainingServer(state, uvicorn.Config(create_app(state, doors), host=args.host, port=args.port,
-                                                   log_level="warning", timeout_graceful_shutdown=limits.drain_seconds))
+        return _mcp_stdio(options, state)
+    app = create_app(state, doors(options, state, args.wyoming_uri, args.wyoming_zeroconf))
+    server = DrainingServer(state, uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+                                                   timeout_graceful_shutdown=options.limits.drain_seconds))
     failure: list[BaseException] = []
 
     def load():
         start = time.perf_counter()
         try:
-            synth = synthesizer()
+            synth = load_synthesizer(options, state.voices)
         except BaseException as exc:  # reported by the main thread, which stops the server
             failure.append(exc)
             server.should_exit = True
@@ -153,7 +102,8 @@ def main(argv=None) -> int:
         while not server.started and not server.should_exit:
             time.sleep(0.05)
         wyoming = f", wyoming: {args.wyoming_uri}" if args.wyoming_uri else ""
-        print(f"ready: http://{args.host}:{args.port} (mcp: /mcp{wyoming}; {loaded(start)})", flush=True)
+        print(f"ready: http://{args.host}:{args.port} (mcp: /mcp{wyoming}; {options.model_dir.name}, loaded in "
+              f"{time.perf_counter() - start:.1f} s; {pins_summary(state)})", flush=True)
 
     threading.Thread(target=load, name="omnivoice-load", daemon=True).start()
     server.run()
@@ -164,18 +114,30 @@ def main(argv=None) -> int:
     return 0 if server.started else 1
 
 
-def _mcp_stdio(state, synthesizer, loaded, output_dir) -> int:
+def _check_door_flags(args) -> None:
+    if args.mcp_stdio and (args.wyoming_uri or args.wyoming_zeroconf or args.ray):
+        raise UserError("--mcp-stdio serves MCP alone, in this process; drop --wyoming-uri and --ray")
+    if args.wyoming_zeroconf and not args.wyoming_uri:
+        raise UserError("--wyoming-zeroconf announces the Wyoming server: give --wyoming-uri tcp://HOST:PORT too")
+    if args.wyoming_uri and args.ray:
+        raise UserError("--wyoming-uri is not served through Ray's HTTP proxy; run serve.py without --ray for Home "
+                        "Assistant (or one beside the cluster)")
+
+
+def _mcp_stdio(options, state) -> int:
     """MCP on stdin/stdout: stdout carries only the protocol, so everything else goes to stderr."""
     import anyio
 
     from codes.serve.mcp import run_stdio
+    from codes.serve.startup import load_synthesizer, pins_summary
 
     start = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):
-        state.synth = synthesizer()
-    print(f"ready: mcp on stdio ({loaded(start)})", file=sys.stderr, flush=True)
+        state.synth = load_synthesizer(options, state.voices)
+    print(f"ready: mcp on stdio ({options.model_dir.name}, loaded in {time.perf_counter() - start:.1f} s; "
+          f"{pins_summary(state)})", file=sys.stderr, flush=True)
     try:
-        anyio.run(run_stdio, state, output_dir)
+        anyio.run(run_stdio, state, options.mcp_output_dir)
     finally:
         state.synth.stop()
     return 0

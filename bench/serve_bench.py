@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""N concurrent streaming clients against serve.py on loopback, with step-level batching and with --max-batch 1.
+"""N concurrent streaming clients against serve.py on loopback, with step-level batching and with --max-batch 1;
+or (--ray) plain serve.py against serve.py --ray with each of --replicas sharing the same --threads.
 
   .venv/bin/python bench/serve_bench.py --model_dir BUILD --clients 1 4 8 16 --num_steps 32 --out bench/serve_results.md
+  .venv/bin/python bench/serve_bench.py --model_dir BUILD --ray --replicas 1 2 --threads 2 --clients 1 4 16 \
+      --num_steps 16 --out bench/cluster_results.md
 
 Each client sends one request (a two-sentence text, pcm, streamed) per round; reported: throughput (audio
-seconds per wall second), time to first audio and total latency p50/p95.
+seconds per wall second), time to first audio and total latency p50/p95 (and, with --out, the rows as .json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -74,6 +79,19 @@ def run(url: str, clients: int, num_steps: int):
             "total_p50": np.percentile(totals, 50), "total_p95": np.percentile(totals, 95), "wall": wall}
 
 
+def setups(args) -> list[tuple[str, int, tuple[str, ...]]]:
+    """(label, --max-batch, extra serve.py flags) of each server the run compares."""
+    if not args.ray:
+        return [(f"--max-batch {b}", b, ()) for b in (args.max_batch, 1)]
+    total = args.threads or os.cpu_count()
+    runs = [(f"serve.py, {total} threads", args.max_batch, ())]
+    for replicas in args.replicas:
+        per = max(total // replicas, 1)
+        runs.append((f"--ray, {replicas} replica(s) x {per} thread(s)", args.max_batch,
+                     ("--ray", "--replicas", str(replicas), "--threads", str(per))))
+    return runs
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", type=Path, required=True)
@@ -81,35 +99,52 @@ def main() -> int:
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8, 16])
     p.add_argument("--num_steps", type=int, default=32)
     p.add_argument("--max-batch", dest="max_batch", type=int, default=8)
-    p.add_argument("--threads", type=int)
+    p.add_argument("--threads", type=int, help="ONNX Runtime threads; with --ray, shared by each run's replicas "
+                                                "(default: all cores)")
+    p.add_argument("--ray", action="store_true", help="compare serve.py with serve.py --ray at each of --replicas")
+    p.add_argument("--replicas", type=int, nargs="+", default=[1, 2], help="replica counts for --ray")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     voices = Path(os.environ.get("TMPDIR", "/tmp")) / "serve-bench-voices"
     rows = []
-    for max_batch in (args.max_batch, 1):
-        proc, url = start(args.model_dir, max_batch, voices, args.threads, args.higgs_dir)
+    for label, max_batch, extra in setups(args):
+        threads = None if extra else args.threads
+        proc, url = start(args.model_dir, max_batch, voices, threads, args.higgs_dir, extra=extra)
         try:
             one_request(url, args.num_steps, 0)  # pins the voice and warms the sessions
             for clients in args.clients:
                 result = run(url, clients, args.num_steps)
-                rows.append((max_batch, clients, result))
-                print(max_batch, clients, {k: round(float(v), 3) for k, v in result.items()}, flush=True)
+                rows.append({"setup": label, "clients": clients, **{k: float(v) for k, v in result.items()}})
+                print(label, clients, {k: round(float(v), 3) for k, v in result.items()}, flush=True)
         finally:
-            proc.kill()
-            proc.wait()
+            stop(proc)
+    first = "server" if args.ray else "--max-batch"
     lines = [f"# serve.py under concurrent clients: `{args.model_dir.name}`, {args.num_steps} steps", "",
              f"Each client streams one two-sentence request ({len(TEXT)} characters, pcm); "
              f"{os.cpu_count()} CPU cores. Throughput is audio seconds per wall second.", "",
-             "| --max-batch | clients | throughput (audio s/s) | first audio p50 / p95 (s) | total p50 / p95 (s) |",
+             f"| {first} | clients | throughput (audio s/s) | first audio p50 / p95 (s) | total p50 / p95 (s) |",
              "|---|---|---|---|---|"]
-    for max_batch, clients, r in rows:
-        lines.append(f"| {max_batch} | {clients} | {r['throughput']:.2f} | {r['ttfa_p50']:.2f} / {r['ttfa_p95']:.2f} "
+    for r in rows:
+        shown = r["setup"].removeprefix("--max-batch ")
+        lines.append(f"| {shown} | {r['clients']} | {r['throughput']:.2f} | {r['ttfa_p50']:.2f} / {r['ttfa_p95']:.2f} "
                      f"| {r['total_p50']:.2f} / {r['total_p95']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
         args.out.write_text(text)
+        args.out.with_suffix(".json").write_text(json.dumps({"model": args.model_dir.name, "num_steps": args.num_steps,
+                                                             "cpu_count": os.cpu_count(), "rows": rows}, indent=1))
     return 0
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C, as a user stops it (serve.py --ray then stops its Ray too); killed if it does not end."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 if __name__ == "__main__":

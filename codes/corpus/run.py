@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import time
 import unicodedata
 from collections import Counter
@@ -22,13 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codes.common.errors import UserError
-from codes.common.quiet import library_output
+from codes.common.ray_start import ray_cause, start_ray
 from codes.corpus import rows as row_checks
 from codes.corpus.ledger import AUDIO_DIR, RESULTS_PARQUET, Ledger, check_output_dir, record
 from codes.runtime.manifest import MANIFEST_NAME, find_builds, read_manifest
 from codes.runtime.settings import GenerationSettings
 
-ROOT = Path(__file__).resolve().parents[2]
 INPUT_KINDS = {".jsonl": "lines", ".ndjson": "lines", ".parquet": "parquet", ".csv": "csv"}
 FORMATS = ("wav", "flac")
 MAX_BLOCKS = 20_000  # beyond this, a block holds several batches (fewer objects for Ray to track)
@@ -159,26 +157,7 @@ def _build_key(model_dir: Path, higgs_dir: Path | None) -> str:
 
 
 def _start_ray(options: CorpusOptions) -> None:
-    import ray
-
-    if not options.verbose:
-        # Ray's C++ side would print per-actor notices to this console; its log files keep the rest.
-        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
-    settings = dict(include_dashboard=False, log_to_driver=options.verbose,
-                    logging_level=logging.INFO if options.verbose else logging.ERROR)
-    if options.address:
-        # Workers elsewhere get the code from here; the build and the voices must be at the same paths there.
-        settings.update(address=options.address, runtime_env={"py_modules": [str(ROOT / "codes")]})
-    else:
-        settings.update(address="local", runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
-    with library_output("ray.init"):  # Ray's start-up notices; a failure is our one line below
-        try:
-            ray.init(**settings)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            if not options.address:
-                raise UserError(f"cannot start a local Ray: {_cause(exc)}") from None
-            raise UserError(f"cannot join the Ray cluster at {options.address}: {_cause(exc)}; check the address, "
-                            "and for a cluster with token authentication set RAY_AUTH_MODE=token") from None
+    start_ray(options.address, options.verbose)
     import ray.data
 
     context = ray.data.DataContext.get_current()
@@ -225,7 +204,7 @@ def _read_rows(path: str, kind: str, base_dir: str | None, seed: int) -> list[di
     except UserError:
         raise
     except Exception as exc:  # Ray wraps the reader's error (a malformed CSV, bad UTF-8, ...)
-        raise UserError(f"cannot read --input {path}: {_cause(exc)}") from None
+        raise UserError(f"cannot read --input {path}: {ray_cause(exc)}") from None
     finally:
         context.execution_options.preserve_order = False
     _label_rows(found, kind)
@@ -384,16 +363,10 @@ def _speak(todo, options, ledger: Ledger, model_dir, higgs_dir, actors, threads,
     except KeyboardInterrupt:
         raise Interrupted(spoken) from None
     except ray.exceptions.RayError as exc:
-        raise RunFailed(f"the synthesis actors failed: {_cause(exc)}; {spoken} rows finished are kept, "
+        raise RunFailed(f"the synthesis actors failed: {ray_cause(exc)}; {spoken} rows finished are kept, "
                         "run the same command again to resume") from None
 
 
 def _pool_size(actors: int, rows: int, batch_size: int) -> int:
     """No more actors than batches: each one loads a model."""
     return min(actors, math.ceil(rows / batch_size))
-
-
-def _cause(exc: BaseException) -> str:
-    """The last line of an error: Ray's wrapped errors end with the cause."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__

@@ -51,9 +51,10 @@ class Voice:
     text: str
     rms: float | None  # None: a synthesized reference, which sets no loudness
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, exclusive: bool = False) -> None:
+        """Written whole or not at all; `exclusive`: FileExistsError rather than replacing a file."""
         path = Path(path)
-        with atomic_path(path, suffix=".npz") as tmp:
+        with atomic_path(path, suffix=".npz", exclusive=exclusive) as tmp:
             with open(tmp, "wb") as f:
                 np.savez(f, codes=self.codes, text=np.array(self.text),
                          rms=np.array(np.nan if self.rms is None else self.rms, dtype=np.float64),

@@ -38,6 +38,7 @@ from codes.serve.voices import DESIGN_VOICES, voice_id
 logger = logging.getLogger("omnivoice.serve")
 
 STREAM_HEADERS = {"X-Accel-Buffering": "no", "Cache-Control": "no-cache"}
+REPLICA_HEADER = "x-omnivoice-replica"
 
 
 def envelope(status: int, message: str, param=None, code=None, kind="invalid_request_error") -> JSONResponse:
@@ -69,6 +70,8 @@ def _guard(app, state: ServerState, mounted=None):
     async def middleware(scope, receive, send):
         if scope["type"] != "http":
             return await app(scope, receive, send)
+        if state.config.replica:
+            send = _named(send, state.config.replica)
         key = state.config.api_key
         guarded = scope["path"].startswith("/v1/") or (mounted is not None and mounted.handles(scope["path"]))
         if key and guarded and not _key_matches(scope, key):
@@ -117,6 +120,18 @@ def _guard(app, state: ServerState, mounted=None):
         return await target(scope, counted, replaced)
 
     return middleware
+
+
+def _named(send, replica: str):
+    """`send` with the replica's name on every response's headers."""
+    header = (REPLICA_HEADER.encode(), replica.encode("latin-1"))
+
+    async def named(message):
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), header]}
+        await send(message)
+
+    return named
 
 
 async def _drain(receive, cap: int = 64 << 20) -> None:

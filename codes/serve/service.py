@@ -54,6 +54,7 @@ class ServerConfig:
     api_key: str | None = None
     limits: Limits = field(default_factory=Limits)
     settings: GenerationSettings = field(default_factory=GenerationSettings)  # what a request leaves out
+    replica: str | None = None  # a Ray Serve replica's NAME/PID: sent as a response header and in the request log
 
 
 @dataclass
@@ -280,7 +281,7 @@ async def open_speech(state: ServerState, synth: Synthesizer, params: SpeechPara
                                 params.speed, params.settings)
     job = SpeechJob(synth, requests, params.settings, params.seed, voice.rms if voice else None, len(params.text),
                     received_at, deadline=received_at + state.config.limits.max_request_seconds,
-                    request_id=next(state.request_ids), door=door)
+                    request_id=next(state.request_ids), door=door, replica=state.config.replica)
     job.start()  # QueueFull here is the request's 429, before it is a job that logs
     if job_box is not None:
         job_box.append(job)
@@ -305,7 +306,8 @@ class TextSpeech:
         received_at = time.perf_counter()
         self.job = SpeechJob(synth, [], params.settings, params.seed, None, 0, received_at,
                              deadline=received_at + state.config.limits.max_request_seconds,
-                             request_id=next(state.request_ids), door=door, closed=False)
+                             request_id=next(state.request_ids), door=door, replica=state.config.replica,
+                             closed=False)
 
     async def open(self) -> None:
         """Resolve the voice (pinning a design voice if need be), then queue what came meanwhile."""

@@ -115,6 +115,7 @@ class SpeechJob:
     deadline: float = float("inf")  # perf_counter time by which the whole request must be done
     request_id: int = 0
     door: str = "http"  # which protocol asked (http, wyoming, mcp), for the log line
+    replica: str | None = None  # the Ray Serve replica (NAME/PID) that speaks it, named in the log line
     closed: bool = True  # False while text may still arrive (extend(), then close())
     finished: bool = False  # its log line is written
 
@@ -239,7 +240,8 @@ class SpeechJob:
         shared = max((item.max_shared for item in self.items if item is not None), default=0)
         first = (self.first_audio_at - self.received_at) if self.first_audio_at else float("nan")
         reason = "" if self.reason is None else f" reason={json.dumps(self.reason)}"
-        return (f"speech request={request_id} door={self.door} status={self.status} chars={self.chars} "
+        replica = "" if self.replica is None else f" replica={self.replica}"
+        return (f"speech request={request_id}{replica} door={self.door} status={self.status} chars={self.chars} "
                 f"sentences={len(self.requests)} audio={self.audio_samples / SAMPLE_RATE:.2f}s queue_wait={queue_wait:.3f}s "
                 f"first_audio={first:.3f}s total={now - self.received_at:.3f}s max_batch_shared={shared}{reason}")
 

@@ -111,9 +111,10 @@ class VoiceBook:
 
     def save(self, vid: str, voice: Voice) -> None:
         path = self.folder / f"{vid}.npz"
-        if path.exists():
-            raise UserError(f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})")
-        voice.save(path)
+        try:  # exclusive: two servers on one folder saving one id at once keep the first
+            voice.save(path, exclusive=True)
+        except FileExistsError:
+            raise UserError(f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})") from None
 
     def delete(self, vid: str) -> bool:
         path = self.saved_path(vid)
@@ -240,9 +241,11 @@ class DesignPins:
             voice = Voice(finished.result(), text, None)
             try:
                 self.folder.mkdir(parents=True, exist_ok=True)
-                voice.save(path)
+                voice.save(path, exclusive=True)
                 write_json_atomic(path.with_suffix(".json"), {"instruct": instruct, "build": self.build_id,
                                                               "text": text, **asdict(self.settings)})
+            except FileExistsError:  # another server on this folder pinned it first: all speak with its pin
+                voice = self._theirs(path, voice)
             except OSError as exc:  # the pin still serves this process
                 logger.warning("cannot keep pinned voice %s (%s)", path, exc.strerror)
             self.synthesized += 1
@@ -251,6 +254,15 @@ class DesignPins:
             future.set_result(voice)
 
         item.future.add_done_callback(done)
+
+
+    @staticmethod
+    def _theirs(path: Path, ours: Voice) -> Voice:
+        try:
+            return Voice.load(path)
+        except UserError as exc:
+            logger.warning("keeping this server's own pin: %s", exc)
+            return ours
 
 
 def _failed(future: Future) -> bool:

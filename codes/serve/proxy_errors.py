@@ -1,0 +1,76 @@
+"""In Ray Serve's HTTP proxy: its own answers in OpenAI's error envelope, like every answer of the app's.
+
+Ray's proxy answers for itself when no replica does: a replica that died with the request on it
+(nothing at all is sent: uvicorn would write a text 500), no replica to route to (503), its own
+timeout (408), its queue full (503). This middleware, loaded into the proxy through
+RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH (codes/serve/cluster.py sets it), turns those into the
+envelope. A replica that dies after its response started cannot change the status any more: an SSE
+stream then ends with an `error` event (as the app's own failures do), any other stream is cut
+short (an aborted transfer the client sees as an error, never a clean end). Imports no more than
+starlette, which the proxy has.
+"""
+
+from __future__ import annotations
+
+import json
+
+IMPORT_PATH = "codes.serve.proxy_errors:middlewares"
+LOST = ("the replica serving this request stopped before it answered (its process ended); retry: "
+        "Ray Serve routes new requests to the replicas that are up")
+LOST_STREAM = "the replica serving this request stopped while it streamed (its process ended); retry"
+
+
+def middlewares() -> list:
+    from starlette.middleware import Middleware
+
+    return [Middleware(ProxyErrors)]
+
+
+def _envelope(status: int, message: str, code: str) -> tuple[dict, dict]:
+    body = json.dumps({"error": {"message": message, "type": "server_error", "param": None, "code": code}}).encode()
+    start = {"type": "http.response.start", "status": status,
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    return start, {"type": "http.response.body", "body": body, "more_body": False}
+
+
+class ProxyErrors:
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = ended = sse = False
+        held: dict | None = None  # a text/plain start of the proxy's own: its body becomes the message
+
+        async def relay(message):
+            nonlocal started, ended, sse, held
+            kind = message["type"]
+            if kind == "http.response.start":
+                headers = {key.lower(): value for key, value in message.get("headers", [])}
+                content_type = headers.get(b"content-type", b"")
+                if message["status"] >= 400 and content_type.startswith(b"text/plain"):
+                    held = {"status": message["status"], "body": b""}  # ours never are text/plain
+                    return
+                started, sse = True, content_type.startswith(b"text/event-stream")
+            elif kind == "http.response.body" and held is not None:
+                held["body"] += message.get("body", b"")
+                if not message.get("more_body"):
+                    text = held["body"].decode("utf-8", "replace").strip() or "the service is unavailable"
+                    code = {408: "timeout", 503: "unavailable"}.get(held["status"], "proxy_error")
+                    started = ended = True
+                    for part in _envelope(held["status"], text, code):
+                        await send(part)
+                return
+            elif kind == "http.response.body" and not message.get("more_body"):
+                ended = True
+            await send(message)
+
+        await self.app(scope, receive, relay)
+        if not started:
+            for part in _envelope(502, LOST, "replica_lost"):
+                await send(part)
+        elif not ended and sse:
+            event = {"type": "error", "error": {"message": LOST_STREAM, "type": "server_error", "code": "replica_lost"}}
+            await send({"type": "http.response.body", "body": f"data: {json.dumps(event)}\n\n".encode(),
+                        "more_body": False})

@@ -1,0 +1,130 @@
+"""One server's setup from serve.py's flags: its state (voices, pins, limits) and its loaded model.
+
+Plain serve.py and every Ray Serve replica (codes/serve/cluster.py) build a server the same way:
+`service_options` checks the flags once, in the command; `service_state` and `load_synthesizer` run
+where the server runs (serve.py's process, or each replica's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from codes.common.errors import UserError
+from codes.runtime.settings import GenerationSettings
+from codes.serve.limits import Limits, limits_from_args
+from codes.serve.service import MAX_STEPS, ServerConfig, ServerState
+from codes.serve.voices import DESIGN_VOICES, PIN_FOLDER, DesignPins, PinSettings, VoiceBook, Voices
+
+
+@dataclass(frozen=True)
+class ServiceOptions:
+    """What the flags say about one server; plain values, so a Ray replica can be given them."""
+
+    model_dir: Path
+    higgs_dir: Path | None  # None: the model folder holds its codec
+    voices_dir: Path
+    api_key: str | None
+    limits: Limits
+    max_batch: int
+    max_queue: int
+    pin_seconds: float
+    preload: tuple[str, ...]
+    max_ref_seconds: float | None
+    provider: str | None
+    threads: int | None
+    settings: GenerationSettings  # what a request leaves out (--num-steps)
+    host: str  # where the HTTP server listens (MCP's transport checks Host headers against it)
+    mcp_output_dir: Path | None
+    replica: str | None = None  # NAME/PID of a Ray Serve replica; None for plain serve.py
+
+    def for_replica(self, name: str) -> "ServiceOptions":
+        return replace(self, replica=f"{name}/{os.getpid()}")
+
+
+def preload_names(value: str, known) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if names == ["all"]:
+        return list(known)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UserError(f"--preload-voices: unknown design voice(s) {', '.join(unknown)}; use all or some of "
+                        f"{', '.join(known)}")
+    return names
+
+
+def service_options(args: argparse.Namespace) -> ServiceOptions:
+    """The flags checked (UserError for a bad one) and the builds found."""
+    from codes.runtime.manifest import find_builds
+
+    for name, value in (("--max-batch", args.max_batch), ("--max-queue", args.max_queue)):
+        if value < 1:
+            raise UserError(f"{name} must be >= 1, got {value}")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    settings = GenerationSettings()
+    if args.num_steps is not None:
+        if not 1 <= args.num_steps <= MAX_STEPS:
+            raise UserError(f"--num-steps must be between 1 and {MAX_STEPS}, got {args.num_steps}")
+        settings = settings.replace(num_steps=args.num_steps)
+    limits = limits_from_args(args)
+    model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
+    preload = preload_names(args.preload_voices, DESIGN_VOICES)
+    return ServiceOptions(model_dir, higgs_dir, args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY")
+                          or None, limits, args.max_batch, args.max_queue, args.pin_seconds, tuple(preload),
+                          args.max_ref_seconds, args.provider, args.threads, settings, args.host,
+                          args.mcp_output_dir)
+
+
+def service_state(options: ServiceOptions) -> ServerState:
+    """The server's state before its model is loaded: saved voices, design pins, limits."""
+    from codes.runtime.manifest import read_manifest
+
+    try:
+        book = VoiceBook(options.voices_dir)
+    except OSError as exc:
+        raise UserError(f"cannot use --voices_dir {options.voices_dir} ({exc.strerror}); choose another folder") from None
+    pins = DesignPins(options.voices_dir / PIN_FOLDER, read_manifest(options.model_dir).identity(),
+                      PinSettings(seconds=options.pin_seconds), options.limits.max_pinned)
+    voices = Voices(book, pins, options.max_ref_seconds)
+    config = ServerConfig(options.voices_dir, options.api_key, options.limits, options.settings, options.replica)
+    return ServerState(config, voices)
+
+
+def load_synthesizer(options: ServiceOptions, voices: Voices):
+    """The model loaded, warmed, its engine started and the preloaded design voices pinned (blocking)."""
+    from codes.runtime.synthesis import OmniVoiceOnnx
+    from codes.serve.speech import Synthesizer
+
+    tts = OmniVoiceOnnx(options.model_dir, higgs_dir=options.higgs_dir, provider=options.provider,
+                        threads=options.threads)
+    tts.codec.load_decoder()
+    synth = Synthesizer(tts, options.max_batch, options.max_queue)
+    synth.warm_up()
+    synth.start()
+    try:
+        voices.preload(synth, list(options.preload))
+    except BaseException:
+        synth.stop()
+        raise
+    return synth
+
+
+def doors(options: ServiceOptions, state: ServerState, wyoming_uri: str | None = None,
+          wyoming_zeroconf: str | None = None) -> list:
+    """What runs beside the HTTP API: MCP at /mcp always, Wyoming where asked."""
+    from codes.serve.mcp import McpDoor
+
+    found = [McpDoor(state, options.mcp_output_dir, options.host)]
+    if wyoming_uri:
+        from codes.serve.wyoming import WyomingDoor
+
+        found.append(WyomingDoor(state, wyoming_uri, wyoming_zeroconf))
+    return found
+
+
+def pins_summary(state: ServerState) -> str:
+    pins = state.voices.pins
+    return f"design voices pinned: {pins.synthesized} synthesized, {pins.loaded} from {pins.folder}"
