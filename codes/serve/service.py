@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.runtime.chunks import stream_chunks
+from codes.runtime.chunks import TextStream, stream_chunks
 from codes.runtime.engine import QueueFull
 from codes.runtime.settings import GenerationSettings
 from codes.serve.encode import check_format
@@ -45,7 +45,6 @@ class RequestError(Exception):
                  kind: str = "invalid_request_error"):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
-
 
 
 @dataclass
@@ -295,8 +294,6 @@ class TextSpeech:
     resolved (a design voice pinning) waits for it."""
 
     def __init__(self, state: ServerState, synth: Synthesizer, params: SpeechParams, door: str):
-        from codes.runtime.chunks import TextStream
-
         self.state, self.synth, self.params = state, synth, params
         self.text = TextStream()
         self.chars = 0
