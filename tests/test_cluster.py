@@ -14,15 +14,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import numpy as np
+import openai
 import pytest
+import ray.serve  # noqa: F401  (the serving environment has it: a missing Ray Serve fails here, never skips)
 
 from conftest import last_error_line, run_script
-
-openai = pytest.importorskip("openai")
-httpx = pytest.importorskip("httpx")
-pytest.importorskip("ray.serve")
-
 from serving import FAST, TWO_SENTENCES, Server, pcm_samples
 
 HEADER = "x-omnivoice-replica"

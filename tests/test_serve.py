@@ -10,14 +10,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import numpy as np
+import openai
 import pytest
 
 from conftest import run_script
-
-openai = pytest.importorskip("openai")
-httpx = pytest.importorskip("httpx")
-
 from serving import FAST, RATE, TWO_SENTENCES, Server, pcm_samples, speak
 
 
