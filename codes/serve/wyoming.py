@@ -140,7 +140,7 @@ class SpeechHandler(AsyncEventHandler):
         try:
             action(*args)
         except (RequestError, UserError) as exc:
-            await self._end_stream(self.stream.job, str(exc), getattr(exc, "code", None) or _code(exc))
+            await self._end_stream(self.stream.job, str(exc), _code(exc))
 
     async def _end_stream(self, job: SpeechJob, message: str, code: str | None) -> None:
         self.stream = None
@@ -154,12 +154,12 @@ class SpeechHandler(AsyncEventHandler):
             params = parse_speech(_fields(request.voice, request.text), self.state.config)
             synth = self.state.admit()
         except (RequestError, UserError) as exc:
-            return await self._error(str(exc), getattr(exc, "code", None))
+            return await self._error(str(exc), _code(exc))
         try:
             try:
                 job = await open_speech(self.state, synth, params, "wyoming")
             except (RequestError, UserError, StreamFailed) as exc:
-                return await self._error(str(exc), getattr(exc, "code", None) or _code(exc))
+                return await self._error(str(exc), _code(exc))
             await self._speak(job)
         finally:
             self.state.release()
@@ -170,7 +170,7 @@ class SpeechHandler(AsyncEventHandler):
                                                 streamed_text=True)
             synth = self.state.admit()
         except (RequestError, UserError) as exc:
-            return await self._error(str(exc), getattr(exc, "code", None))
+            return await self._error(str(exc), _code(exc))
         self.stream = TextSpeech(self.state, synth, params, "wyoming")
         self.task = asyncio.create_task(self._streamed(self.stream))
 
@@ -179,7 +179,7 @@ class SpeechHandler(AsyncEventHandler):
             try:
                 await stream.open()
             except (RequestError, UserError) as exc:
-                await self._end_stream(stream.job, str(exc), getattr(exc, "code", None) or _code(exc))
+                await self._end_stream(stream.job, str(exc), _code(exc))
                 return stream.job.finish()
             await self._speak(stream.job)
         finally:
@@ -220,7 +220,8 @@ class SpeechHandler(AsyncEventHandler):
 
 
 def _code(exc: Exception) -> str | None:
-    return "queue_full" if isinstance(exc, QueueFull) else None
+    """The error event's code: the service's own, or what kind of refusal it was."""
+    return getattr(exc, "code", None) or ("queue_full" if isinstance(exc, QueueFull) else None)
 
 
 class WyomingDoor:
