@@ -13,8 +13,6 @@ import asyncio
 import base64
 import contextlib
 import logging
-import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from mcp_types import AudioContent, TextContent
 
 from codes import __version__
 from codes.common.errors import UserError
+from codes.common.fileio import atomic_path
 from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.encode import CONTENT_TYPES, StreamEncoder
@@ -138,20 +137,14 @@ def _write_new(folder: Path, request_id: int, response_format: str, data: bytes)
     """The file under `folder`, whole or not at all, under a name no earlier file has."""
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    fd, tmp = tempfile.mkstemp(prefix=".speech-", suffix=f".{response_format}", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(tmp, 0o644)
-        for attempt in range(1000):
-            path = folder / f"speech-{stamp}-{request_id}{f'-{attempt}' if attempt else ''}.{response_format}"
-            try:
-                os.link(tmp, path)  # fails on an existing name: never replaces a file
-                return path
-            except FileExistsError:
-                continue
-    finally:
-        os.unlink(tmp)
+    for attempt in range(1000):
+        path = folder / f"speech-{stamp}-{request_id}{f'-{attempt}' if attempt else ''}.{response_format}"
+        try:
+            with atomic_path(path, exclusive=True) as tmp:  # never replaces a file, even one made meanwhile
+                tmp.write_bytes(data)
+            return path
+        except FileExistsError:
+            continue
     raise UserError(f"no free file name in {folder}")
 
 
