@@ -255,7 +255,6 @@ class DesignPins:
 
         item.future.add_done_callback(done)
 
-
     @staticmethod
     def _theirs(path: Path, ours: Voice) -> Voice:
         try:
