@@ -171,18 +171,20 @@ def test_wyoming_refusals_are_error_events_and_the_connection_keeps_serving(serv
 
 def test_wyoming_client_that_leaves_mid_stream_frees_its_items(server):
     start = len(server.log_lines())
-    text = " ".join(f"Sentence number {i} goes on for a while so that it takes some time." for i in range(12))
+    # long enough (about 20 chunks) that the server cannot have made it all before it sees the client go
+    text = " ".join(f"Sentence number {i} goes on for a while so that it takes some time." for i in range(60))
 
     async def leave():
         client = AsyncTcpClient("127.0.0.1", server.wyoming_port)
         await client.connect()
         await client.write_event(Synthesize(text=text).event())
-        await read_until(client, "audio-chunk")
+        await read_until(client, "audio-start")
         await client.disconnect()
 
     run(leave())
     (line,) = wait_for_line(server, start, "wyoming")
-    assert line["status"] == "disconnected" and float(line["audio"].rstrip("s")) < 12 * 3
+    assert line["status"] == "disconnected", line
+    assert int(line["sentences"]) > 10 and float(line["audio"].rstrip("s")) < 60, line  # 60 sentences: about 3 min
     deadline = time.monotonic() + 30
     while http(server, "GET", "/health").json()["outstanding_items"] and time.monotonic() < deadline:
         time.sleep(0.1)
