@@ -131,3 +131,9 @@ class StreamEncoder:
             except Exception:  # a half-written stream nobody will read; closing is best effort
                 pass
             self._container = None
+
+
+def encode_whole(wav: np.ndarray, response_format: str, sample_rate: int) -> bytes:
+    """One whole file of `wav` in `response_format` (what a streamed answer's bytes join into)."""
+    encoder = StreamEncoder(response_format, sample_rate)
+    return encoder.push(wav) + encoder.close()

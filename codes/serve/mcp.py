@@ -26,7 +26,7 @@ from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
 from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
-from codes.serve.encode import CONTENT_TYPES, StreamEncoder
+from codes.serve.encode import CONTENT_TYPES, encode_whole
 from codes.serve.service import RequestError, ServerState, open_speech, parse_speech
 from codes.serve.service import save_voice as store_voice
 from codes.serve.speech import StreamFailed
@@ -83,7 +83,7 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
                     job.cancel()
                     job.finish()
                 data = await asyncio.get_running_loop().run_in_executor(
-                    synth.encode_pool, _encode, np.concatenate(pieces), params.response_format)
+                    synth.encode_pool, encode_whole, np.concatenate(pieces), params.response_format, SAMPLE_RATE)
             finally:
                 state.release()
             seconds = sum(len(wav) for wav in pieces) / SAMPLE_RATE
@@ -126,11 +126,6 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
             return f"saved voice {vid!r}; use it as speak's voice"
 
     return server
-
-
-def _encode(wav: np.ndarray, response_format: str) -> bytes:
-    encoder = StreamEncoder(response_format, SAMPLE_RATE)
-    return encoder.push(wav) + encoder.close()
 
 
 def _write_new(folder: Path, request_id: int, response_format: str, data: bytes) -> Path:

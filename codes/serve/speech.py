@@ -29,7 +29,7 @@ from codes.runtime.engine import QueueFull, StepEngine, WorkItem, max_item_frame
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx, Request, Voice
-from codes.serve.encode import FORMATS, StreamEncoder
+from codes.serve.encode import FORMATS, encode_whole
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -73,9 +73,7 @@ class Synthesizer:
         self.engine.warm_up([[short], [longer, longer]])
         wav = self.tts.decode([np.zeros((8, 6 * FRAME_RATE), np.int64)], None, GenerationSettings())
         for fmt in FORMATS:
-            encoder = StreamEncoder(fmt, SAMPLE_RATE)
-            encoder.push(wav)
-            encoder.close()
+            encode_whole(wav, fmt, SAMPLE_RATE)
 
     def submit(self, request: Request, settings: GenerationSettings, noise, urgent: bool = False,
                due: float | None = None) -> WorkItem:
