@@ -268,3 +268,18 @@ def test_an_items_codes_do_not_depend_on_its_batch(tts):
     _, other_batch = tts.generate(["Something else entirely.", texts[2]], seed=12, return_codes=True, **settings)
     np.testing.assert_array_equal(together[2], alone)
     np.testing.assert_array_equal(other_batch[1], alone)
+
+
+def test_only_the_backbone_s_workers_spin(tts):
+    """Every session has its own workers: a short graph's, left spinning after it, would take the cores the
+    backbone's next run needs (docs/DESIGN.md §spinning)."""
+    from codes.runtime.specs import BACKBONE, HIGGS_DECODER
+
+    def spins(session):
+        return session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+
+    tts.generate("Hello.", num_step=2)  # the scoring graphs load on first use
+    sessions = {**tts.sessions(), "codec decoder": tts.codec.session(HIGGS_DECODER.key)}
+    assert len(sessions) >= 4
+    assert {key: spins(s) for key, s in sessions.items()} == {key: "1" if key == BACKBONE.key else "0"
+                                                              for key in sessions}

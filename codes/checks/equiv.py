@@ -55,7 +55,7 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
     llm_precision, embed_precision, heads_precision = (precision[k] for k in ("llm", "embeddings", "heads"))
     embed_session = make_session(manifest.path_of(specs.EMBEDDINGS.key), provider)
     backbone_path = Path(backbone) if backbone else manifest.path_of(specs.BACKBONE.key)
-    backbone = BackboneRunner(make_session(backbone_path, provider), name=str(backbone_path))
+    backbone = BackboneRunner(make_session(backbone_path, provider, spin=True), name=str(backbone_path))
     heads_session = make_session(manifest.path_of(specs.HEADS.key), provider)
 
     target_lens = [9, 6]

@@ -49,20 +49,24 @@ def resolve_provider(requested: str | None, built_for: str | None) -> str:
 
 
 def make_session(path: Path, provider: str = "cpu", threads: int | None = None,
-                 profile_dir: Path | None = None) -> ort.InferenceSession:
-    return open_session(path, providers_for(provider), threads, profile_dir)
+                 profile_dir: Path | None = None, spin: bool = False) -> ort.InferenceSession:
+    return open_session(path, providers_for(provider), threads, profile_dir, spin)
 
 
 def open_session(path: Path, providers: list[str] | None = None, threads: int | None = None,
-                 profile_dir: Path | None = None) -> ort.InferenceSession:
+                 profile_dir: Path | None = None, spin: bool = False) -> ort.InferenceSession:
     """threads None: ONNX Runtime's default, one intra-op thread per physical core.
 
     profile_dir: ONNX Runtime's profiler writes one JSON per session there (see end_profiling).
+    spin: let the session's idle workers spin instead of sleeping. Only the backbone does: every
+        session has its own workers, and those of a short graph would go on spinning after it,
+        taking the cores the backbone's next run needs (docs/DESIGN.md §spinning).
     """
     options = ort.SessionOptions()
     # fp16 graphs log a constant-folding warning per layer, and a failing kernel logs what its exception
     # says: run_cli reports that exception in one line.
     options.log_severity_level = 4
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -130,7 +134,7 @@ def open_backbone(path: Path, provider: str = "cpu", threads: int | None = None,
     bidirectionality probe (a few positions, milliseconds), for graphs no build of ours vouches for."""
     if not Path(path).is_file():
         raise UserError(f"backbone graph {path} does not exist; pass an .onnx file with --backbone")
-    runner = BackboneRunner(make_session(Path(path), provider, threads, profile_dir), name=str(path))
+    runner = BackboneRunner(make_session(Path(path), provider, threads, profile_dir, spin=True), name=str(path))
     if probe and not probe_bidirectional(runner).bidirectional:
         raise UserError(f"{path} is causal: changing the last position leaves earlier ones unchanged; {CAUSAL_ADVICE}")
     return runner
