@@ -22,6 +22,7 @@ from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
 
 from codes.runtime.decoding import RandomNoise
 from codes.runtime.settings import GenerationSettings
+from codes.runtime.specs import BACKBONE, HIGGS_DECODER
 from codes.runtime.synthesis import OmniVoiceOnnx
 
 # (text, language, instruct): three scripts and lengths, a non-verbal tag, voice design.
@@ -273,8 +274,6 @@ def test_an_items_codes_do_not_depend_on_its_batch(tts):
 def test_only_the_backbone_s_workers_spin(tts):
     """Every session has its own workers: a short graph's, left spinning after it, would take the cores the
     backbone's next run needs (docs/DESIGN.md §spinning)."""
-    from codes.runtime.specs import BACKBONE, HIGGS_DECODER
-
     def spins(session):
         return session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
 
