@@ -18,7 +18,7 @@ from codes.checks.report import FP32_ABS_BOUND, Row, compare, format_table, prob
 from codes.common.errors import UserError
 from codes.runtime import specs
 from codes.runtime.manifest import FORMAT, MANIFEST_NAME, RECIPE_SCHEMA, read_manifest
-from codes.runtime.sessions import BackboneRunner, make_session, resolve_provider
+from codes.runtime.sessions import BackboneRunner, make_session, open_backbone, resolve_provider
 
 
 def padded_cfg_batch(text_vocab: int, seed: int = 0, cond_lens=(23, 15), target_lens=(9, 6), ref_lens=(5, 0)):
@@ -55,7 +55,7 @@ def backbone_equivalence(folder: Path, manifest, source: Path, provider: str = "
     llm_precision, embed_precision, heads_precision = (precision[k] for k in ("llm", "embeddings", "heads"))
     embed_session = make_session(manifest.path_of(specs.EMBEDDINGS.key), provider)
     backbone_path = Path(backbone) if backbone else manifest.path_of(specs.BACKBONE.key)
-    backbone = BackboneRunner(make_session(backbone_path, provider, spin=True), name=str(backbone_path))
+    backbone = open_backbone(backbone_path, provider)
     heads_session = make_session(manifest.path_of(specs.HEADS.key), provider)
 
     target_lens = [9, 6]

@@ -17,7 +17,7 @@ import onnxruntime as ort
 from codes.runtime.probe import probe_bidirectional
 from codes.checks.report import Row, probe_row
 from codes.common.errors import UserError
-from codes.runtime.sessions import ORT_TO_NUMPY, BackboneRunner, make_session
+from codes.runtime.sessions import ORT_TO_NUMPY, BackboneRunner, backbone_session
 
 FOREIGN_BACKBONE_NAMES = ("llm_decoder.onnx", "llm_backbone_fp32.onnx", "llm_backbone.onnx", "model.onnx")
 
@@ -78,7 +78,7 @@ def head_dim_from_graph(path: Path) -> int | None:
 
 def foreign_backbone_runner(path: Path, provider: str = "cpu") -> BackboneRunner | GenaiBackboneRunner:
     """The runtime's runner for a 4-D mask graph, the genai one for any other."""
-    session = make_session(path, provider)
+    session = backbone_session(path, provider)
     mask = next((i for i in session.get_inputs() if i.name == "attention_mask"), None)
     if mask is not None and len(mask.shape) == 4:
         return BackboneRunner(session)

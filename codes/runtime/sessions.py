@@ -53,6 +53,12 @@ def make_session(path: Path, provider: str = "cpu", threads: int | None = None,
     return open_session(path, providers_for(provider), threads, profile_dir, spin)
 
 
+def backbone_session(path: Path, provider: str = "cpu", threads: int | None = None,
+                     profile_dir: Path | None = None) -> ort.InferenceSession:
+    """A backbone graph's session: the one whose workers spin (see open_session)."""
+    return make_session(path, provider, threads, profile_dir, spin=True)
+
+
 def open_session(path: Path, providers: list[str] | None = None, threads: int | None = None,
                  profile_dir: Path | None = None, spin: bool = False) -> ort.InferenceSession:
     """threads None: ONNX Runtime's default, one intra-op thread per physical core.
@@ -134,7 +140,7 @@ def open_backbone(path: Path, provider: str = "cpu", threads: int | None = None,
     bidirectionality probe (a few positions, milliseconds), for graphs no build of ours vouches for."""
     if not Path(path).is_file():
         raise UserError(f"backbone graph {path} does not exist; pass an .onnx file with --backbone")
-    runner = BackboneRunner(make_session(Path(path), provider, threads, profile_dir, spin=True), name=str(path))
+    runner = BackboneRunner(backbone_session(Path(path), provider, threads, profile_dir), name=str(path))
     if probe and not probe_bidirectional(runner).bidirectional:
         raise UserError(f"{path} is causal: changing the last position leaves earlier ones unchanged; {CAUSAL_ADVICE}")
     return runner
