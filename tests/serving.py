@@ -21,6 +21,11 @@ FAST = {"num_steps": 4}
 TWO_SENTENCES = "Hello there, this is the first sentence. And here comes a second one, a little longer."
 
 
+def many_sentences(count: int) -> str:
+    """`count` numbered sentences of about 3 s each: a request long enough to still be running."""
+    return " ".join(f"Sentence number {i} goes on for a while so that it takes some time." for i in range(count))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

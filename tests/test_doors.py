@@ -19,14 +19,14 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.audio import AudioChunk, AudioStart
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
 from conftest import ROOT
-from serving import RATE, Server, free_port
+from serving import RATE, Server, free_port, many_sentences
 
 KEY = "door-key"
 REPLY = ["Sure, I turned on the kitchen lights. ", "The living room stays dark, as you asked. ", "Anything else?"]
@@ -172,7 +172,7 @@ def test_wyoming_refusals_are_error_events_and_the_connection_keeps_serving(serv
 def test_wyoming_client_that_leaves_mid_stream_frees_its_items(server):
     start = len(server.log_lines())
     # long enough (about 20 chunks) that the server cannot have made it all before it sees the client go
-    text = " ".join(f"Sentence number {i} goes on for a while so that it takes some time." for i in range(60))
+    text = many_sentences(60)
 
     async def leave():
         client = AsyncTcpClient("127.0.0.1", server.wyoming_port)
@@ -195,7 +195,7 @@ def test_wyoming_and_http_requests_sent_together_share_decoding_steps(server):
     """The Wyoming request starts while the HTTP one still has chunks to make: past the Wyoming
     request's first chunk (which goes first) their later chunks are made in the same steps."""
     start = len(server.log_lines())
-    text = " ".join(f"Sentence number {i} goes on for a while so that it takes some time." for i in range(24))
+    text = many_sentences(24)
     first_audio, got = threading.Event(), {}
 
     def over_http():

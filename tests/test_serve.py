@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from conftest import run_script
-from serving import FAST, RATE, TWO_SENTENCES, Server, pcm_samples, speak
+from serving import FAST, RATE, TWO_SENTENCES, Server, many_sentences, pcm_samples, speak
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +151,7 @@ def test_concurrent_requests_are_all_correct_and_share_decoding_steps(server):
 
 
 def test_a_client_that_disconnects_mid_stream_frees_its_slot(server):
-    text = " ".join(f"Sentence number {i} goes on for a while so that it takes some time." for i in range(12))
+    text = many_sentences(12)
     body = {"model": "omnivoice", "input": text, "voice": "alloy", "response_format": "pcm", "num_steps": 64}
     start = len(server.log_lines())
     with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body, timeout=60) as response:
