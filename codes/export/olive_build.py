@@ -22,6 +22,7 @@ def olive_export(entry: SubModel, source: Path, recipe: GraphRecipe, out_dir: Pa
     model as out_dir/<the graph's file name>."""
     import olive
 
+    _telemetry_off()
     spec = entry.export_spec(source)
     loader, dummy_inputs_func = entry.olive_names
     run_dir = Path(work_dir) / spec.key
@@ -60,6 +61,17 @@ def olive_export(entry: SubModel, source: Path, recipe: GraphRecipe, out_dir: Pa
     final = save_model(recipe.transform(model) if recipe.transform else model, Path(out_dir) / spec.filename)
     shutil.rmtree(run_dir, ignore_errors=True)
     return final
+
+
+def _telemetry_off() -> None:
+    """Olive's telemetry, never started: it sends a heartbeat and, where the network drops it, holds every
+    build's exit for 10-20 s (OLIVE_DISABLE_TELEMETRY=1 still sends the heartbeat first)."""
+    from olive.telemetry.telemetry import Telemetry
+
+    telemetry = Telemetry.__new__(Telemetry)  # the singleton, before anything in Olive initializes it
+    if not telemetry._initialized:  # olive-ai==0.13.0's fields (requirements.txt pins it)
+        telemetry._logger = telemetry._cache_handler = None
+        telemetry._initialized = True
 
 
 def _olive_io_config(spec: SubModelSpec) -> dict:
