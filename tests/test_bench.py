@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 from conftest import run_script
+from synthesis_inputs import FP32_BUILD
 
 
 def test_rtf_benchmark_writes_side_by_side_results(builds, tmp_path):
-    fp32 = builds.get("cpu_fp32", "--include-higgs")
+    fp32 = builds.get(*FP32_BUILD)  # the codec's precision does not matter here: the shared fp32 build
     int4 = builds.get("cpu", "--include-higgs")
     out = tmp_path / "bench" / "results"
     result = run_script("eval.py", "--mode", "rtf", "--model_dir", int4, "--compare", fp32,

@@ -13,7 +13,7 @@ import pytest
 from codes.common.errors import UserError
 from codes.export.manifest_write import hash_files
 from codes.runtime.manifest import MANIFEST_NAME, read_manifest
-from conftest import last_error_line, run_script
+from conftest import last_error_line, run_main, run_script
 
 PROFILES = ("cpu_fp32", "cpu", "cpu_fp16", "gpu")
 
@@ -55,7 +55,7 @@ def test_gpu_profile_is_fp16_for_cuda(builds):
     llm_inputs = {i["name"]: i for i in data["backbone"]["llm_decoder"]["inputs"]}
     assert llm_inputs["inputs_embeds"]["dtype"] == "float16"
     if "CUDAExecutionProvider" in ort.get_available_providers():  # where a GPU exists, run it there too
-        result = run_script("eval.py", "--mode", "equiv", "--model_dir", builds.get("gpu"), "--provider", "cuda")
+        result = run_main("eval.py", "--mode", "equiv", "--model_dir", builds.get("gpu"), "--provider", "cuda")
         assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -83,7 +83,7 @@ def test_int8_profile_runs_integer_kernels_and_stays_bidirectional(builds):
 
     for graph in ("llm_decoder.onnx", "audio_heads_decoder.onnx"):
         assert "MatMulInteger" in ops(graph) and "MatMul" not in ops(graph), graph
-    result = run_script("eval.py", "--mode", "equiv", "--model_dir", folder)
+    result = run_main("eval.py", "--mode", "equiv", "--model_dir", folder)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "bidirectional" in result.stdout
 
@@ -114,7 +114,7 @@ def test_weights_live_in_external_data_files(builds):
 
 @pytest.mark.parametrize("extra", [(), ("--llm-export", "torch")], ids=["genai", "torch"])
 def test_fp32_build_is_equivalent_to_upstream(builds, extra):
-    result = run_script("eval.py", "--mode", "equiv", "--model_dir", builds.get("cpu_fp32", *extra))
+    result = run_main("eval.py", "--mode", "equiv", "--model_dir", builds.get("cpu_fp32", *extra))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "FAIL" not in result.stdout
     assert "llm_decoder hidden (padded CFG batch)" in result.stdout and "bidirectional:" in result.stdout
@@ -122,7 +122,7 @@ def test_fp32_build_is_equivalent_to_upstream(builds, extra):
 
 
 def test_int4_build_is_reported_with_argmax_agreement(builds):
-    result = run_script("eval.py", "--mode", "equiv", "--model_dir", builds.get("cpu"))
+    result = run_main("eval.py", "--mode", "equiv", "--model_dir", builds.get("cpu"))
     assert result.returncode == 0, result.stdout + result.stderr
     row = next(line for line in result.stdout.splitlines() if line.startswith("end to end logits"))
     assert "int4/int4" in row and "%" in row
@@ -135,12 +135,12 @@ def test_probe_fails_on_an_unpatched_genai_build(tiny_checkpoint, tmp_path):
     hf_dir = write_standalone_llm(load_omnivoice(tiny_checkpoint.path), tmp_path / "hf")
     causal = build_genai_causal(hf_dir, tmp_path / "foreign", "fp32", "cpu")
     causal.rename(causal.with_name("llm_decoder.onnx"))
-    result = run_script("eval.py", "--mode", "equiv", "--model_dir", tmp_path / "foreign")
+    result = run_main("eval.py", "--mode", "equiv", "--model_dir", tmp_path / "foreign")
     assert result.returncode == 1
     assert "CAUSAL" in result.stdout and "FAIL" in result.stdout
     # A manifest of someone else's format beside it does not stop the probe.
     (tmp_path / "foreign" / "omnivoice_manifest.json").write_text('{"format": "someone-else"}')
-    result = run_script("eval.py", "--mode", "equiv", "--model_dir", tmp_path / "foreign")
+    result = run_main("eval.py", "--mode", "equiv", "--model_dir", tmp_path / "foreign")
     assert result.returncode == 1 and "CAUSAL" in result.stdout
 
 
@@ -187,9 +187,9 @@ def test_checkpoint_saved_by_upstream_save_pretrained_builds(tiny_checkpoint, tm
     ckpt = upstream_checkpoint(tmp_path / "upstream_ckpt", tiny_checkpoint, seed=1, hidden_size=32,
                                num_attention_heads=2, num_key_value_heads=1, head_dim=16)
     out = tmp_path / "build"
-    run_script("optimize.py", "--model", ckpt, "--device", "cpu_fp32", "--output", out, check=True)
+    run_main("optimize.py", "--model", ckpt, "--device", "cpu_fp32", "--output", out, check=True)
     assert read_manifest(out).data["source"]["path"] == str(ckpt.resolve())
-    result = run_script("eval.py", "--mode", "equiv", "--model_dir", out)
+    result = run_main("eval.py", "--mode", "equiv", "--model_dir", out)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -251,8 +251,8 @@ def test_foreign_files_need_overwrite_and_overwrite_touches_nothing_else(builds,
     assert result.returncode == 2
     assert "llm_decoder.onnx" in last_error_line(result) and "--overwrite" in last_error_line(result)
     assert sorted(p.name for p in out.iterdir()) == ["NOTES.txt", "llm_decoder.onnx", "nested"]
-    run_script("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", out, "--overwrite",
-               check=True)
+    run_main("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", out, "--overwrite",
+             check=True)
     assert read_manifest(out).data["profile"] == "cpu_fp32"
     assert (out / "NOTES.txt").read_text() == "mine" and (out / "nested" / "keep.bin").read_bytes() == b"\x01"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no staging folder left behind
@@ -262,7 +262,7 @@ def test_rebuilding_our_own_build_needs_no_overwrite(builds, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(builds.get("cpu_fp32"), out)
     (out / "NOTES.txt").write_text("mine")
-    run_script("optimize.py", "--model", "tiny-random", "--device", "cpu", "--output", out, check=True)
+    run_main("optimize.py", "--model", "tiny-random", "--device", "cpu", "--output", out, check=True)
     assert read_manifest(out).data["profile"] == "cpu"
     assert (out / "NOTES.txt").read_text() == "mine"
     assert set(read_manifest(out).data["files"]) == {p.name for p in out.iterdir()} - {MANIFEST_NAME, "NOTES.txt"}
@@ -348,8 +348,8 @@ def test_a_killed_rebuild_leaves_the_old_build_loadable(builds, tmp_path):
 def test_the_next_build_removes_a_killed_builds_staging_folder(tmp_path):
     (left,) = _kill_build_once(tmp_path / "killed", "*.onnx")  # mid-build: graphs already staged
     assert (left / ".builder").is_file()
-    built = run_script("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", tmp_path / "next",
-                       check=True)  # another output's build: any staging folder in the parent is checked
+    built = run_main("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", tmp_path / "next",
+                     check=True)  # another output's build: any staging folder in the parent is checked
     assert not left.exists()
     assert [line for line in built.stdout.splitlines() if "staging folder" in line] == [
         f"removed {left}, the staging folder of a build that was killed"]
@@ -433,7 +433,7 @@ def test_head_dim_genai_cannot_run_falls_back_to_torch_and_synthesizes(tiny_chec
     assert len(refused.stderr.strip().splitlines()) == 1 and not (tmp_path / "genai").exists()
 
     out = tmp_path / "build"
-    built = run_script("optimize.py", "--model", ckpt, "--include-higgs", "--output", out, check=True)
+    built = run_main("optimize.py", "--model", ckpt, "--include-higgs", "--output", out, check=True)
     assert "head_dim 24" in built.stdout and "torch" in built.stdout
     data = read_manifest(out).data
     assert data["llm_build"] == "torch" and "head_dim 24" in data["backbone"]["llm_decoder"]["build_reason"]

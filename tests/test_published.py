@@ -15,7 +15,7 @@ import soundfile
 
 from codes.export.generated_higgs import speech_like_signal
 from codes.runtime.manifest import MANIFEST_NAME, read_manifest
-from conftest import last_error_line, run_script
+from conftest import last_error_line, run_main, run_script
 from synthesis_inputs import FP32_BUILD
 
 RECIPE_KEYS = ("model_id", "execution_provider", "precision", "backbone", "higgs_tokenizer", "iterative_decoding")
@@ -107,7 +107,7 @@ def test_a_published_folder_synthesizes_exactly_our_codes(ours, published, tmp_p
 
 
 def test_a_published_folder_passes_equivalence_and_round_trips_audio(ours, published, tmp_path):
-    result = run_script("eval.py", "--mode", "equiv", "--model_dir", published)
+    result = run_main("eval.py", "--mode", "equiv", "--model_dir", published)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "llm_decoder hidden" in result.stdout and "bidirectional:" in result.stdout and "encode" in result.stdout
     soundfile.write(tmp_path / "in.wav", speech_like_signal(1.5, seed=3), 24000)
@@ -125,7 +125,7 @@ def test_the_causal_genai_backbone_is_refused_until_a_bidirectional_one_is_passe
     assert result.stderr.strip().splitlines() == [line]
     assert "causal" in line and "optimize.py" in line and "--backbone FILE" in line
     assert list(tmp_path.iterdir()) == []  # nothing written
-    refused = run_script("eval.py", "--mode", "equiv", "--model_dir", causal_published)
+    refused = run_main("eval.py", "--mode", "equiv", "--model_dir", causal_published)
     assert refused.returncode == 2 and "causal" in last_error_line(refused)
 
     result = speak(causal_published, tmp_path, "--backbone", ours / "llm_decoder.onnx")
@@ -133,7 +133,7 @@ def test_the_causal_genai_backbone_is_refused_until_a_bidirectional_one_is_passe
     (tmp_path / "ours").mkdir()
     assert speak(ours, tmp_path / "ours").returncode == 0
     np.testing.assert_array_equal(np.load(tmp_path / "codes.npy"), np.load(tmp_path / "ours/codes.npy"))
-    checked = run_script("eval.py", "--mode", "equiv", "--model_dir", causal_published,
+    checked = run_main("eval.py", "--mode", "equiv", "--model_dir", causal_published,
                          "--backbone", ours / "llm_decoder.onnx")
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
