@@ -115,7 +115,8 @@ def test_health_answers_at_once_while_huge_requests_arrive(server):
         for thread in threads:
             thread.join()
     assert set(statuses) <= {400, 413} and statuses
-    assert max(latencies) < 1.0, latencies  # was 17 s: the loop parsed and matched the 4.4 MB string
+    # was 17 s: the loop parsed and matched the 4.4 MB string. The bound leaves room for a loaded 2-core machine.
+    assert max(latencies) < 5.0, latencies
 
 
 def test_upload_limits_and_conflicts_are_refused_before_any_decoding(server):
@@ -262,10 +263,7 @@ def test_sigterm_lets_a_running_stream_finish_then_the_server_exits(served_build
             chunks = response.iter_raw()
             got += len(next(chunks))
             srv.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.3)
-            with pytest.raises(httpx.HTTPError):  # no new work while draining: refused or 503
-                refused = httpx.get(f"{srv.url}/health", timeout=5)
-                refused.raise_for_status()
+            assert _draining(srv)  # no new work while draining: refused or 503, while this stream still runs
             for chunk in chunks:
                 got += len(chunk)
         assert got == expected  # the whole stream, not a cut one
@@ -275,6 +273,18 @@ def test_sigterm_lets_a_running_stream_finish_then_the_server_exits(served_build
     finally:
         if srv.proc.poll() is None:
             srv.stop()
+
+
+def _draining(srv: Server, wait: float = 60) -> bool:
+    """Whether /health turns away new work (refused or 503) within `wait` s: the server saw its SIGTERM."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{srv.url}/health", timeout=5).raise_for_status()
+        except httpx.HTTPError:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, tmp_path):
