@@ -31,17 +31,38 @@ def test_runtime_modules_import_without_torch():
     assert result.stdout.strip() == "[]"
 
 
+def runtime_venv() -> Path:
+    """A venv holding requirements-runtime.txt alone, made once and kept in the test cache under the file's
+    hash (a fresh clone makes it anew; pip takes what its wheel cache holds)."""
+    import hashlib
+    import os
+    import shutil
+
+    requirements = REPO_ROOT / "requirements-runtime.txt"
+    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
+    root = Path(os.environ["OMNIVOICE_ONNX_CACHE"]) / "venvs"
+    venv = root / f"runtime-{digest}"
+    if (venv / "installed").is_file():
+        return venv
+    root.mkdir(parents=True, exist_ok=True)
+    staging = root / f".runtime-{digest}.{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", str(staging)], check=True)
+    install = subprocess.run([str(staging / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r",
+                              str(requirements)], capture_output=True, text=True, timeout=900)
+    assert install.returncode == 0, install.stderr
+    (staging / "installed").write_text(digest)
+    shutil.rmtree(venv, ignore_errors=True)  # a half-made one of an earlier, killed run
+    staging.rename(venv)
+    return venv
+
+
 def test_runtime_runs_in_a_venv_with_only_the_runtime_requirements(builds, tmp_path):
     """inference.py and higgs_inference.py need requirements-runtime.txt alone: no torch anywhere."""
     from synthesis_inputs import FP32_BUILD
 
     model_dir = builds.get(*FP32_BUILD)
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "-r",
-                              str(REPO_ROOT / "requirements-runtime.txt")], capture_output=True, text=True, timeout=900)
-    assert install.returncode == 0, install.stderr
+    python = runtime_venv() / "bin" / "python"
     missing = subprocess.run([str(python), "-c", f"import importlib.util as u; print([m for m in {FORBIDDEN!r} if u.find_spec(m)])"],
                              capture_output=True, text=True, check=True)
     assert missing.stdout.strip() == "[]"
