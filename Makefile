@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 DEMO   := models/demo-cpu
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test test-durations clean
 
 $(STAMP): requirements.txt requirements-runtime.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,11 @@ demo: setup
 		--language en --seed 0 --output demo.wav
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup tests
+
+# The suite with its slowest tests and fixtures (a fixture's time shows as its first user's "setup").
+test-durations: setup
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup tests --durations=40 --durations-min=1
 
 clean:
 	rm -rf models .cache demo.wav

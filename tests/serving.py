@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import re
 import select
 import socket
@@ -26,10 +28,25 @@ def many_sentences(count: int) -> str:
     return " ".join(f"Sentence number {i} goes on for a while so that it takes some time." for i in range(count))
 
 
+# Ports handed out below Linux's ephemeral range (32768-60999, where bind(0) and clients' own ports come
+# from) and above Ray's worker ports (10002-19999), a block for each xdist worker: a port chosen here is
+# not taken by a neighbour before its server binds it.
+PORT_BLOCK = 1500
+_ports = itertools.count(random.randrange(PORT_BLOCK))
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+    base = 20000 + PORT_BLOCK * (worker % 8)
+    for _ in range(PORT_BLOCK):
+        port = base + next(_ports) % PORT_BLOCK
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {base}-{base + PORT_BLOCK - 1}")
 
 
 class Server:
