@@ -21,11 +21,11 @@ demo: setup
 		--language en --seed 0 --output demo.wav
 
 test: setup
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup tests
+	$(PY) -m pytest -q -n auto --maxprocesses 4 tests
 
 # The suite with its slowest tests and fixtures (a fixture's time shows as its first user's "setup").
 test-durations: setup
-	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup tests --durations=40 --durations-min=1
+	$(PY) -m pytest -q -n auto --maxprocesses 4 tests --durations=40 --durations-min=1
 
 clean:
 	rm -rf models .cache demo.wav

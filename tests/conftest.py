@@ -66,13 +66,20 @@ RAY_MODULES = ("test_corpus", "test_cluster")
 LONG_MODULES = ("test_walkthrough", "test_optimize", *RAY_MODULES, "test_published", "test_bench", "test_inference")
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        module = item.module.__name__
-        item.add_marker(pytest.mark.xdist_group("ray" if module in RAY_MODULES else module))
     rank = {name: i for i, name in enumerate(LONG_MODULES)}
     items.sort(key=lambda item: rank.get(item.module.__name__, len(rank)))  # stable: file order otherwise
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "ray" if Path(path).stem in RAY_MODULES else path
+
+    return ModuleScheduling(config, log)
 
 
 def shared_folder(tmp_path_factory) -> Path:
