@@ -6,7 +6,6 @@ into a SpeechJob the same way whoever asked, so requests from all doors share de
 from __future__ import annotations
 
 import asyncio
-import io
 import itertools
 import logging
 import math
@@ -17,11 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from codes.common.errors import UserError
+from codes.runtime import audio
 from codes.runtime.chunks import TextStream, stream_chunks
 from codes.runtime.engine import QueueFull
 from codes.runtime.settings import GenerationSettings
 from codes.serve.encode import check_format
-from codes.serve.limits import Limits, excerpt
+from codes.serve.limits import Limits, excerpt, flag
 from codes.serve.speech import SpeechJob, Synthesizer, settle_sentences
 from codes.serve.voices import DESIGN_VOICES, UnknownVoice, Voices
 
@@ -212,29 +212,17 @@ async def resolve_voice(state: ServerState, synth: Synthesizer, name: str, instr
 
 
 
-def read_clip(data: bytes) -> tuple[np.ndarray, int]:
-    """A reference clip in any format soundfile or PyAV reads -> ([channels, samples] float32, rate)."""
-    import soundfile
-
+def read_clip(data: bytes, limits: Limits) -> tuple[np.ndarray, int]:
+    """An uploaded clip -> (mono float32, rate), its length refused from its header before decoding
+    (codes/runtime/audio.py read_clip), so a small file that unpacks to gigabytes is never unpacked."""
     try:
-        wav, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
-        return np.ascontiguousarray(wav.T), int(rate)
-    except Exception:  # not a format libsndfile knows: try FFmpeg's demuxers
-        pass
-    try:
-        import av
-
-        with av.open(io.BytesIO(data)) as container:
-            stream = container.streams.audio[0]
-            resampler = av.AudioResampler(format="fltp", layout="mono", rate=stream.rate)
-            pieces = [frame.to_ndarray() for packet in container.decode(stream) for frame in resampler.resample(packet)]
-            pieces += [frame.to_ndarray() for frame in resampler.resample(None)]
-            if pieces:
-                return np.concatenate(pieces, axis=1).astype(np.float32), int(stream.rate)
-    except Exception:
-        pass
-    raise RequestError(400, "cannot read the voice clip; send WAV, FLAC, OGG, MP3 or another common audio file", "file",
-                       "unreadable_audio")
+        return audio.read_clip(data, limits.max_ref_seconds_upload)
+    except audio.ClipTooLong as exc:
+        shown = f"{exc.seconds:.1f} s" if exc.seconds is not None else f"over {exc.limit:g} s"
+        raise RequestError(400, f"the clip is {shown}; the limit is {exc.limit:g} s ({flag('max_ref_seconds_upload')}; "
+                                "a clone prompt needs only a few seconds): trim it", "file", "clip_too_long") from None
+    except UserError as exc:
+        raise RequestError(400, str(exc), "file", "unreadable_audio") from None
 
 
 async def save_voice(state: ServerState, synth: Synthesizer, read, transcript: str, vid: str) -> None:
@@ -252,11 +240,7 @@ async def save_voice(state: ServerState, synth: Synthesizer, read, transcript: s
     if len(await loop.run_in_executor(None, book.saved_ids)) >= limits.max_voices:
         raise RequestError(409, f"{limits.max_voices} voices are saved, the most --max-voices allows; "
                                 "delete one first", "name", "too_many_voices")
-    wav, rate = await loop.run_in_executor(None, read_clip, await read())
-    seconds = wav.shape[-1] / rate
-    if seconds > limits.max_ref_seconds_upload:
-        raise RequestError(400, f"the clip is {seconds:.1f} s; the limit is {limits.max_ref_seconds_upload:g} s (a "
-                                "clone prompt needs only a few seconds): trim it", "file", "clip_too_long")
+    wav, rate = await loop.run_in_executor(None, read_clip, await read(), limits)
     voice = await loop.run_in_executor(synth.decode_pool, synth.tts.create_voice, (wav, rate), transcript)
     await loop.run_in_executor(None, book.save, vid, voice)
     logger.info("saved voice %s (%d frames)", vid, voice.codes.shape[1])
