@@ -9,11 +9,14 @@ import signal
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+import soundfile
 
+import clips
 from serving import FAST, Server, free_port, speak
 
 LIMITS = ("--max-body-bytes", "200000", "--max-upload-bytes", "2000000", "--max-instructions-chars", "200",
@@ -132,6 +135,88 @@ def test_upload_limits_and_conflicts_are_refused_before_any_decoding(server):
     assert full.status_code == 409 and error_of(full)["code"] == "too_many_voices"
     for vid in ("dup", "second"):
         assert httpx.delete(f"{server.url}/v1/audio/voices/{vid}").status_code == 200
+
+
+def memory_growth(srv: Server, action):
+    """(what `action` returns, how far it raised the server's peak resident memory in bytes above its
+    resident memory before): the kernel's peak is reset first, so earlier peaks (loading) do not hide it."""
+    proc = Path(f"/proc/{srv.proc.pid}")
+    (proc / "clear_refs").write_text("5")  # 5: reset VmHWM to the current VmRSS
+
+    def kib(name: str) -> int:
+        line = next(line for line in (proc / "status").read_text().splitlines() if line.startswith(name + ":"))
+        return int(line.split()[1])
+
+    before = kib("VmRSS")
+    result = action()
+    return result, (kib("VmHWM") - before) * 1024
+
+
+def still_serving(srv: Server) -> None:
+    assert len(speak(srv, text="Still here.")) > 0
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    return clips.silent_flac(300)  # 8 channels at 192 kHz: 1.8 GB as float32, under 500 KB here
+
+
+@pytest.mark.parametrize("kind", ["honest header", "no length in its header", "lying container"])
+def test_an_upload_bomb_is_refused_without_the_server_growing(server, bomb, kind):
+    """A 464 KiB FLAC grew the server 3.5 GB before its length was checked."""
+    data = {"honest header": bomb, "no length in its header": clips.with_flac_length(bomb, 0),
+            "lying container": clips.lying_matroska(bomb, claimed_seconds=1)}[kind]
+    assert len(data) < 2_000_000  # under --max-upload-bytes: the clip's length is what refuses it
+    response, growth = memory_growth(server, lambda: upload(server, "bomb", data))
+    assert response.status_code == 400 and error_of(response)["code"] == "clip_too_long"
+    assert "--max-upload-seconds" in error_of(response)["message"]
+    assert growth < 200e6, f"the server grew {growth / 1e6:.0f} MB"
+    assert not (server.voices_dir / "bomb.npz").exists()
+    still_serving(server)
+
+
+def test_a_multichannel_clip_is_saved_as_its_mono_mixdown(server):
+    from codes.runtime.audio import to_mono
+    from codes.runtime.synthesis import Voice
+
+    data, samples = clips.channels_wav(2 * 24000, 8)
+    mono = io.BytesIO()
+    soundfile.write(mono, to_mono(np.ascontiguousarray(samples.T)), 24000, format="WAV", subtype="FLOAT")
+    try:
+        assert upload(server, "eight", data).status_code == 200
+        assert upload(server, "mixed", mono.getvalue()).status_code == 200
+        eight, mixed = (Voice.load(server.voices_dir / f"{vid}.npz") for vid in ("eight", "mixed"))
+        np.testing.assert_array_equal(eight.codes, mixed.codes)
+        assert eight.rms == mixed.rms
+    finally:
+        for vid in ("eight", "mixed"):
+            httpx.delete(f"{server.url}/v1/audio/voices/{vid}")
+    still_serving(server)
+
+
+def test_uploads_at_once_at_max_voices_leave_exactly_max(server):
+    """--max-voices 2: every upload passes the count before any is saved; the save counts again, locked."""
+    data, start = clip(1.0), threading.Barrier(6)
+    statuses = {}
+
+    def send(name: str):
+        start.wait(timeout=30)
+        response = upload(server, name, data)
+        statuses[name] = (response.status_code, response.json().get("error", {}).get("code"))
+
+    threads = [threading.Thread(target=send, args=(f"racer-{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    saved = sorted(v["id"] for v in httpx.get(f"{server.url}/v1/audio/voices").json()["voices"] if v["kind"] == "saved")
+    try:
+        assert len(statuses) == 6 and sorted(statuses.values()) == [(200, None)] * 2 + [(409, "too_many_voices")] * 4
+        assert saved == sorted(name for name, (status, _) in statuses.items() if status == 200)
+    finally:
+        for vid in saved:
+            httpx.delete(f"{server.url}/v1/audio/voices/{vid}")
+    still_serving(server)
 
 
 def test_a_corrupt_saved_voice_is_a_400_naming_it_and_the_server_keeps_serving(server):

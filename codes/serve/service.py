@@ -23,7 +23,7 @@ from codes.runtime.settings import GenerationSettings
 from codes.serve.encode import check_format
 from codes.serve.limits import Limits, excerpt, flag
 from codes.serve.speech import SpeechJob, Synthesizer, settle_sentences
-from codes.serve.voices import DESIGN_VOICES, UnknownVoice, Voices
+from codes.serve.voices import DESIGN_VOICES, TooManyVoices, UnknownVoice, VoiceExists, Voices
 
 MODEL_IDS = ("omnivoice", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # OpenAI's names are accepted as aliases
 MAX_STEPS = 256
@@ -235,15 +235,28 @@ async def save_voice(state: ServerState, synth: Synthesizer, read, transcript: s
     loop = asyncio.get_running_loop()
     book = state.voices.book
     if await loop.run_in_executor(None, book.saved_path, vid) is not None:  # before any decoding
-        raise RequestError(409, f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})", "name",
-                           "voice_exists")
+        raise _voice_exists(vid)
     if len(await loop.run_in_executor(None, book.saved_ids)) >= limits.max_voices:
-        raise RequestError(409, f"{limits.max_voices} voices are saved, the most --max-voices allows; "
-                                "delete one first", "name", "too_many_voices")
+        raise _too_many_voices(limits)
     wav, rate = await loop.run_in_executor(None, read_clip, await read(), limits)
     voice = await loop.run_in_executor(synth.decode_pool, synth.tts.create_voice, (wav, rate), transcript)
-    await loop.run_in_executor(None, book.save, vid, voice)
+    try:  # counted again under the folder's lock: uploads that were decoded at once all passed the count above
+        await loop.run_in_executor(None, book.save, vid, voice, limits.max_voices)
+    except VoiceExists:
+        raise _voice_exists(vid) from None
+    except TooManyVoices:
+        raise _too_many_voices(limits) from None
     logger.info("saved voice %s (%d frames)", vid, voice.codes.shape[1])
+
+
+def _voice_exists(vid: str) -> RequestError:
+    return RequestError(409, f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})", "name",
+                        "voice_exists")
+
+
+def _too_many_voices(limits: Limits) -> RequestError:
+    return RequestError(409, f"{limits.max_voices} voices are saved, the most --max-voices allows; delete one first",
+                        "name", "too_many_voices")
 
 
 def too_busy(limits: Limits) -> RequestError:
