@@ -53,9 +53,11 @@ def _too_large(limit: int, flag: str) -> JSONResponse:
 
 
 def _key_matches(scope, key: str) -> bool:
-    given = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-    token = given[7:] if given.lower().startswith("bearer ") else ""
-    return hmac.compare_digest(token.encode(), key.encode())
+    """Compared as bytes: a client sends a non-ASCII key as its UTF-8, and the header's latin-1 text
+    re-encoded as UTF-8 never matched it."""
+    given = dict(scope.get("headers") or []).get(b"authorization", b"")
+    token = given[7:] if given[:7].lower() == b"bearer " else b""
+    return hmac.compare_digest(token, key.encode("utf-8", "surrogateescape"))  # a flag of raw bytes: those bytes
 
 
 def _guard(app, state: ServerState, mounted=None):
