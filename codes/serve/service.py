@@ -22,6 +22,7 @@ from codes.runtime.engine import QueueFull
 from codes.runtime.settings import GenerationSettings
 from codes.serve.encode import check_format
 from codes.serve.limits import Limits, excerpt, flag
+from codes.serve.origins import BrowserRules
 from codes.serve.speech import SpeechJob, Synthesizer, settle_sentences
 from codes.serve.voices import DESIGN_VOICES, TooManyVoices, UnknownVoice, VoiceExists, Voices
 
@@ -54,6 +55,7 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     settings: GenerationSettings = field(default_factory=GenerationSettings)  # what a request leaves out
     replica: str | None = None  # a Ray Serve replica's NAME/PID: sent as a response header and in the request log
+    browsers: BrowserRules = field(default_factory=BrowserRules)  # which web pages may call (--allow-origin/-host)
 
 
 @dataclass
