@@ -176,6 +176,27 @@ def test_an_upload_bomb_is_refused_without_the_server_growing(server, bomb, kind
     still_serving(server)
 
 
+def test_an_upload_bomb_through_mcp_save_voice_is_refused_the_same_way(server, bomb):
+    from test_doors import mcp_http, run
+
+    path = server.voices_dir / "bomb.flac"  # save_voice reads clips under --voices_dir
+    path.write_bytes(bomb)
+
+    async def save():
+        async with mcp_http(server) as client:
+            return await client.call_tool("save_voice", {"audio_path": str(path), "transcript": "Silence.",
+                                                         "name": "mcp-bomb"})
+
+    try:
+        refused, growth = memory_growth(server, lambda: run(save()))
+    finally:
+        path.unlink()
+    assert refused.is_error and "the clip is 300.0 s" in refused.content[0].text
+    assert "--max-upload-seconds" in refused.content[0].text
+    assert growth < 200e6, f"the server grew {growth / 1e6:.0f} MB"
+    assert not (server.voices_dir / "mcp-bomb.npz").exists()
+    still_serving(server)
+
 def test_a_multichannel_clip_is_saved_as_its_mono_mixdown(server):
     from codes.runtime.audio import to_mono
     from codes.runtime.synthesis import Voice
