@@ -69,7 +69,7 @@ def read_clip(data: bytes, max_seconds: float) -> tuple[np.ndarray, int]:
     Bounded whatever the bytes claim: the header's length is checked before any decoding, the decoded
     samples are counted and reading stops once they pass `max_seconds` (a header can lie), and channels
     are mixed down block by block, so no more than a block of the multi-channel clip ever exists.
-    ClipTooLong past the limit; UserError for a clip neither library reads."""
+    ClipTooLong past the limit; UserError for a clip neither library reads (docs/DESIGN.md §uploads)."""
     try:
         found = _soundfile_clip(data, max_seconds)
     except UserError:

@@ -4,7 +4,7 @@ answers too. So a request that carries `Origin` must come from the server's own 
 in --allow-origin; without --api-key, `Host` must also be an IP literal, localhost, or a name listed
 in --allow-host (a rebound page's Host is the attacker's name; an IP literal cannot be rebound). A
 client that is no browser sends no Origin and is unaffected. Both modes (serve.py, and each Ray
-replica) apply these rules in app.py's guard.
+replica) apply these rules in app.py's guard (docs/DESIGN.md §browsers).
 """
 
 from __future__ import annotations
