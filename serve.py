@@ -33,6 +33,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", dest="api_key", help="require 'Authorization: Bearer KEY' on /v1/ "
                                                      "(default: $OMNIVOICE_API_KEY; none: open)")
+    p.add_argument("--allow-origin", dest="allow_origin", action="append", metavar="ORIGIN",
+                   help="a web page origin (scheme://host[:port]) that may call the server besides its own pages; "
+                        "repeatable (others: 403)")
+    p.add_argument("--allow-host", dest="allow_host", action="append", metavar="NAME",
+                   help="a host name the server answers to without --api-key, besides localhost and IP addresses; "
+                        "repeatable (others: 403, against DNS rebinding)")
     p.add_argument("--voices_dir", type=Path, default=Path("voices"), help="saved voices (.npz), kept across restarts")
     p.add_argument("--max-batch", dest="max_batch", type=int, default=8, help="rows that share a decoding step")
     p.add_argument("--max-queue", dest="max_queue", type=int, default=64,

@@ -9,6 +9,7 @@ import pytest
 import soundfile
 import torch
 import torchaudio
+import clips
 from upstream_twins import upstream_self
 
 from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
@@ -222,3 +223,57 @@ def test_cut_to_hops_and_to_mono():
     np.testing.assert_array_equal(audio.to_mono(stereo), np.full(5, 0.5, np.float32))
     with pytest.raises(UserError, match="channels"):
         audio.to_mono(np.zeros((1, 2, 3)))
+
+
+# --- uploaded clips: bounded whatever they claim ------------------------------------------------
+
+
+@pytest.mark.parametrize("channels", [1, 8])
+def test_read_clip_mixes_down_block_by_block_to_what_a_whole_read_gives(tmp_path, channels):
+    frames = 3 * audio.BLOCK_SAMPLES // 8 + 17  # several blocks, the last one short
+    data, samples = clips.channels_wav(frames, channels, rate=48000)
+    wav, rate = audio.read_clip(data, max_seconds=30)
+    (tmp_path / "clip.wav").write_bytes(data)
+    whole, _ = audio.read_audio(tmp_path / "clip.wav")
+    assert rate == 48000 and wav.dtype == np.float32 and wav.ndim == 1
+    np.testing.assert_array_equal(wav, audio.to_mono(whole))
+    np.testing.assert_array_equal(wav, audio.to_mono(np.ascontiguousarray(samples.T)))
+
+
+def test_read_clip_refuses_a_long_clip_by_its_header_before_decoding(monkeypatch):
+    bomb = clips.silent_flac(60)  # 8 channels at 192 kHz: 370 MB as float32, a few KB here
+    assert len(bomb) < 200_000
+    monkeypatch.setattr(audio, "_mono_blocks", lambda *_: pytest.fail("decoded a clip its header refuses"))
+    with pytest.raises(audio.ClipTooLong, match="the clip is 60.0 s; the limit is 30 s") as caught:
+        audio.read_clip(bomb, max_seconds=30)
+    assert caught.value.seconds == 60.0
+    with pytest.raises(audio.ClipTooLong, match="over 30 s") as caught:  # a header that gives no length
+        audio.read_clip(clips.with_flac_length(bomb, 0), max_seconds=30)
+    assert caught.value.seconds is None
+
+
+def test_read_clip_stops_decoding_a_lying_container_at_the_limit(monkeypatch):
+    lying = clips.lying_matroska(clips.silent_flac(20, rate=48000), claimed_seconds=1)
+    decoded = []
+    bounded = audio._bounded
+
+    def counting(pieces, rate, max_seconds):
+        def counted():
+            for piece in pieces:
+                decoded.append(len(piece))
+                yield piece
+        return bounded(counted(), rate, max_seconds)
+
+    monkeypatch.setattr(audio, "_bounded", counting)
+    with pytest.raises(audio.ClipTooLong, match="over 3 s") as caught:
+        audio.read_clip(lying, max_seconds=3)
+    assert caught.value.seconds is None
+    assert 3 * 48000 < sum(decoded) <= 3 * 48000 + max(decoded)  # one frame past the limit, not 20 s
+
+
+def test_read_clip_refuses_what_it_cannot_read_or_an_absurd_rate():
+    with pytest.raises(UserError, match="cannot read the voice clip"):
+        audio.read_clip(b"not audio at all", max_seconds=30)
+    data, _ = clips.channels_wav(100, 1, rate=1_000_000)
+    with pytest.raises(UserError, match="sample rate is 1000000 Hz; the most is 384000"):
+        audio.read_clip(data, max_seconds=30)

@@ -129,6 +129,15 @@ def test_a_streamed_answer_streams_through_rays_proxy(cluster):
     assert received > 48000
 
 
+def test_a_replica_refuses_a_foreign_web_page_as_plain_serve_py_does(cluster):
+    for headers, code in (({"Origin": "http://evil.example"}, "origin_not_allowed"),
+                          ({"Host": "evil.example"}, "host_not_allowed")):
+        refused = httpx.get(f"{cluster.url}/v1/audio/voices", headers=headers, timeout=30)
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == code, refused.text
+        assert refused.headers[HEADER]  # a replica's guard answered, through Ray's proxy
+    own = httpx.get(f"{cluster.url}/v1/audio/voices", headers={"Origin": cluster.url}, timeout=30)
+    assert own.status_code == 200
+
 def _on_other_replica(srv: Server, first: str, call, tries: int = 30):
     """Repeat `call` until a replica other than `first` answers it (Ray's router picks one of two each time)."""
     for _ in range(tries):

@@ -9,16 +9,20 @@ import signal
 import socket
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
+import soundfile
 
+import clips
 from serving import FAST, Server, free_port, speak
 
 LIMITS = ("--max-body-bytes", "200000", "--max-upload-bytes", "2000000", "--max-instructions-chars", "200",
           "--max-upload-seconds", "3", "--max-transcript-chars", "100", "--max-voices", "2", "--max-pinned", "1",
           "--max-concurrent", "3")
+BROWSERS = ("--allow-origin", "http://app.example:3000", "--allow-host", "tts.lan")
 MANY_SENTENCES = "Hi. " + " ".join(f"This is sentence number {i}, which keeps the server busy." for i in range(40))
 
 
@@ -34,7 +38,7 @@ def clip(seconds: float) -> bytes:
 @pytest.fixture(scope="module")
 def server(served_build, tmp_path_factory):
     folder = tmp_path_factory.mktemp("hostile")
-    srv = Server(served_build, folder / "voices", folder / "server.log", *LIMITS)
+    srv = Server(served_build, folder / "voices", folder / "server.log", *LIMITS, *BROWSERS)
     yield srv
     srv.stop()
 
@@ -44,9 +48,9 @@ def post_speech(srv: Server, body: dict, **kwargs) -> httpx.Response:
                       timeout=60, **kwargs)
 
 
-def upload(srv: Server, name: str, data: bytes, text: str = "A short clip.") -> httpx.Response:
+def upload(srv: Server, name: str, data: bytes, text: str = "A short clip.", **kwargs) -> httpx.Response:
     return httpx.post(f"{srv.url}/v1/audio/voices", data={"name": name, "text": text},
-                      files={"file": ("clip.wav", data, "audio/wav")}, timeout=60)
+                      files={"file": ("clip.wav", data, "audio/wav")}, timeout=60, **kwargs)
 
 
 def error_of(response: httpx.Response) -> dict:
@@ -135,6 +139,171 @@ def test_upload_limits_and_conflicts_are_refused_before_any_decoding(server):
         assert httpx.delete(f"{server.url}/v1/audio/voices/{vid}").status_code == 200
 
 
+def memory_growth(srv: Server, action):
+    """(what `action` returns, how far it raised the server's peak resident memory in bytes above its
+    resident memory before): the kernel's peak is reset first, so earlier peaks (loading) do not hide it."""
+    proc = Path(f"/proc/{srv.proc.pid}")
+    (proc / "clear_refs").write_text("5")  # 5: reset VmHWM to the current VmRSS
+
+    def kib(name: str) -> int:
+        line = next(line for line in (proc / "status").read_text().splitlines() if line.startswith(name + ":"))
+        return int(line.split()[1])
+
+    before = kib("VmRSS")
+    result = action()
+    return result, (kib("VmHWM") - before) * 1024
+
+
+def still_serving(srv: Server) -> None:
+    assert len(speak(srv, text="Still here.")) > 0
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    return clips.silent_flac(300)  # 8 channels at 192 kHz: 1.8 GB as float32, under 500 KB here
+
+
+@pytest.mark.parametrize("kind", ["honest header", "no length in its header", "lying container"])
+def test_an_upload_bomb_is_refused_without_the_server_growing(server, bomb, kind):
+    """A 464 KiB FLAC grew the server 3.5 GB before its length was checked."""
+    data = {"honest header": bomb, "no length in its header": clips.with_flac_length(bomb, 0),
+            "lying container": clips.lying_matroska(bomb, claimed_seconds=1)}[kind]
+    assert len(data) < 2_000_000  # under --max-upload-bytes: the clip's length is what refuses it
+    response, growth = memory_growth(server, lambda: upload(server, "bomb", data))
+    assert response.status_code == 400 and error_of(response)["code"] == "clip_too_long"
+    assert "--max-upload-seconds" in error_of(response)["message"]
+    assert growth < 200e6, f"the server grew {growth / 1e6:.0f} MB"
+    assert not (server.voices_dir / "bomb.npz").exists()
+    still_serving(server)
+
+
+def test_an_upload_bomb_through_mcp_save_voice_is_refused_the_same_way(server, bomb):
+    from test_doors import mcp_http, run
+
+    path = server.voices_dir / "bomb.flac"  # save_voice reads clips under --voices_dir
+    path.write_bytes(bomb)
+
+    async def save():
+        async with mcp_http(server) as client:
+            return await client.call_tool("save_voice", {"audio_path": str(path), "transcript": "Silence.",
+                                                         "name": "mcp-bomb"})
+
+    try:
+        refused, growth = memory_growth(server, lambda: run(save()))
+    finally:
+        path.unlink()
+    assert refused.is_error and "the clip is 300.0 s" in refused.content[0].text
+    assert "--max-upload-seconds" in refused.content[0].text
+    assert growth < 200e6, f"the server grew {growth / 1e6:.0f} MB"
+    assert not (server.voices_dir / "mcp-bomb.npz").exists()
+    still_serving(server)
+
+def test_a_multichannel_clip_is_saved_as_its_mono_mixdown(server):
+    from codes.runtime.audio import to_mono
+    from codes.runtime.synthesis import Voice
+
+    data, samples = clips.channels_wav(2 * 24000, 8)
+    mono = io.BytesIO()
+    soundfile.write(mono, to_mono(np.ascontiguousarray(samples.T)), 24000, format="WAV", subtype="FLOAT")
+    try:
+        assert upload(server, "eight", data).status_code == 200
+        assert upload(server, "mixed", mono.getvalue()).status_code == 200
+        eight, mixed = (Voice.load(server.voices_dir / f"{vid}.npz") for vid in ("eight", "mixed"))
+        np.testing.assert_array_equal(eight.codes, mixed.codes)
+        assert eight.rms == mixed.rms
+    finally:
+        for vid in ("eight", "mixed"):
+            httpx.delete(f"{server.url}/v1/audio/voices/{vid}")
+    still_serving(server)
+
+
+def test_uploads_at_once_at_max_voices_leave_exactly_max(server):
+    """--max-voices 2: every upload passes the count before any is saved; the save counts again, locked."""
+    data, start = clip(1.0), threading.Barrier(6)
+    statuses = {}
+
+    def send(name: str):
+        start.wait(timeout=30)
+        response = upload(server, name, data)
+        statuses[name] = (response.status_code, response.json().get("error", {}).get("code"))
+
+    threads = [threading.Thread(target=send, args=(f"racer-{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    saved = sorted(v["id"] for v in httpx.get(f"{server.url}/v1/audio/voices").json()["voices"] if v["kind"] == "saved")
+    try:
+        assert len(statuses) == 6 and sorted(statuses.values()) == [(200, None)] * 2 + [(409, "too_many_voices")] * 4
+        assert saved == sorted(name for name, (status, _) in statuses.items() if status == 200)
+    finally:
+        for vid in saved:
+            httpx.delete(f"{server.url}/v1/audio/voices/{vid}")
+    still_serving(server)
+
+
+def test_a_web_page_may_call_only_from_its_own_or_an_allowed_origin(server):
+    evil = {"Origin": "http://evil.example"}
+    refused = [post_speech(server, {"input": "Hi."}, headers=evil),
+               upload(server, "csrf", clip(1.0), headers=evil),
+               httpx.get(f"{server.url}/v1/audio/voices", headers=evil),
+               httpx.delete(f"{server.url}/v1/audio/voices/anything", headers={"Origin": "null"}),
+               httpx.post(f"{server.url}/mcp", json={}, headers=evil)]
+    for response in refused:
+        assert response.status_code == 403, response.text
+        error = error_of(response)
+        assert error["code"] == "origin_not_allowed" and "--allow-origin" in error["message"]
+    assert not (server.voices_dir / "csrf.npz").exists()
+    assert httpx.get(f"{server.url}/health", headers=evil).status_code == 200  # health stays open
+    own = post_speech(server, {"input": "From the server's own page."}, headers={"Origin": server.url})
+    assert own.status_code == 200 and len(own.content) > 0
+    allowed = post_speech(server, {"input": "From an allowed page."}, headers={"Origin": "http://app.example:3000"})
+    assert allowed.status_code == 200 and len(allowed.content) > 0
+    assert httpx.get(f"{server.url}/v1/models", headers={"Origin": "http://app.example:3001"}).status_code == 403
+    still_serving(server)
+
+
+def test_without_a_key_a_host_name_must_be_localhost_or_allowed(server):
+    """DNS rebinding: a page on evil.example, its name then pointed at 127.0.0.1, sends Host: evil.example."""
+    assert upload(server, "kept", clip(1.0)).status_code == 200
+    try:
+        evil = {"Host": f"evil.example:{server.port}"}
+        for response in (httpx.get(f"{server.url}/v1/audio/voices", headers=evil),
+                         httpx.delete(f"{server.url}/v1/audio/voices/kept", headers=evil),
+                         post_speech(server, {"input": "Hi."}, headers=evil)):
+            assert response.status_code == 403, response.text
+            error = error_of(response)
+            assert error["code"] == "host_not_allowed" and "--allow-host" in error["message"]
+        assert (server.voices_dir / "kept.npz").exists()
+        for host in (f"127.0.0.1:{server.port}", f"localhost:{server.port}", f"[::1]:{server.port}", "tts.lan",
+                     f"TTS.lan.:{server.port}"):
+            listed = httpx.get(f"{server.url}/v1/audio/voices", headers={"Host": host})
+            assert listed.status_code == 200 and "kept" in {v["id"] for v in listed.json()["voices"]}, host
+    finally:
+        assert httpx.delete(f"{server.url}/v1/audio/voices/kept").status_code == 200
+    still_serving(server)
+
+
+def test_a_non_ascii_key_matches_and_with_a_key_any_host_name_is_answered(served_build, tmp_path):
+    key = "sésame-ключ"
+    srv = Server(served_build, tmp_path / "voices", tmp_path / "server.log", "--num-steps", "4",
+                 env={"OMNIVOICE_API_KEY": key})
+    try:
+        bearer = {"Authorization": b"Bearer " + key.encode()}  # httpx sends str headers as ASCII only
+        assert httpx.get(f"{srv.url}/v1/models", headers=bearer).status_code == 200
+        wrong = httpx.get(f"{srv.url}/v1/models", headers={"Authorization": b"Bearer " + key.encode()[:-2]})
+        assert wrong.status_code == 401 and error_of(wrong)["code"] == "invalid_api_key"
+        # a rebound page cannot know the key, so with one any name is answered; a foreign page still is not
+        assert httpx.get(f"{srv.url}/v1/models", headers={**bearer, "Host": "tts.example"}).status_code == 200
+        foreign = httpx.get(f"{srv.url}/v1/models", headers={**bearer, "Origin": "http://evil.example"})
+        assert foreign.status_code == 403 and error_of(foreign)["code"] == "origin_not_allowed"
+        spoken = httpx.post(f"{srv.url}/v1/audio/speech", headers=bearer, timeout=60,
+                            json={"model": "omnivoice", "voice": "alloy", "input": "Hi.", "response_format": "pcm"})
+        assert spoken.status_code == 200 and len(spoken.content) > 0
+    finally:
+        srv.stop()
+
+
 def test_a_corrupt_saved_voice_is_a_400_naming_it_and_the_server_keeps_serving(server):
     folder = server.voices_dir
     (folder / "broken.npz").write_bytes(b"PK\3\4 this is not a voice")
@@ -200,7 +369,7 @@ def test_a_disconnect_storm_leaves_nothing_behind_and_later_requests_succeed(ser
     def leave_at_once(i: int):  # before any answer: the socket just closes
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
             payload = json.dumps(body).encode()
-            sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                          b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload))
 
     threads = [threading.Thread(target=(leave if i % 3 else leave_at_once), args=(i,)) for i in range(18)]

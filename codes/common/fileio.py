@@ -6,6 +6,7 @@ import errno
 import hashlib
 import json
 import os
+import secrets
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,9 +26,7 @@ def atomic_path(final: str | os.PathLike, suffix: str = "", exclusive: bool = Fa
     `exclusive`: never replace a `final` that exists (FileExistsError), even one that another process
     writes at the same moment: the first one written wins."""
     final = Path(final)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix or final.suffix, dir=final.parent)
-    os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp files are private; outputs get the usual mode
+    tmp = _new_file(final.parent, f".{final.name}.", suffix or final.suffix)
     try:
         yield Path(tmp)
         if exclusive:
@@ -54,10 +53,17 @@ def _publish_new(tmp: str, final: Path) -> None:
     os.unlink(tmp)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _new_file(folder: Path, prefix: str, suffix: str) -> str:
+    """An empty file of a new name with the usual mode (0o666 less the umask, applied by the kernel):
+    mkstemp's are private, and reading the umask means setting it, for every thread at once."""
+    for _ in range(tempfile.TMP_MAX):
+        path = os.path.join(folder, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666))
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(errno.EEXIST, "no unused temporary name", str(folder))
 
 
 def write_json_atomic(path: str | os.PathLike, data) -> None:

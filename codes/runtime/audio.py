@@ -11,6 +11,7 @@ upstream uses on reference audio.
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
@@ -29,6 +30,9 @@ LONG_REFERENCE_S = 20.0
 SILENCE_DBFS = -50.0  # upstream's silence threshold for removal and edge trimming
 SEEK_STEP_MS = 10
 CROSS_FADE_GAP_S = 0.3
+MAX_CLIP_RATE = 384_000  # Hz: the highest rate studio files use; a header that claims more is refused
+BLOCK_SAMPLES = 1 << 20  # samples (all channels together) decoded at once: 4 MiB of float32 at most
+UNKNOWN_FRAMES = 2**63 - 1  # libsndfile's SF_COUNT_MAX: a length its header does not give
 
 
 # ---------------------------------------------------------------------------
@@ -47,6 +51,110 @@ def read_audio(path: str | os.PathLike) -> tuple[np.ndarray, int]:
     except Exception as exc:  # soundfile raises several types for unreadable files
         raise UserError(f"cannot read audio file {path}: {exc}; use WAV, FLAC, OGG or MP3") from exc
     return np.ascontiguousarray(data.T), int(sample_rate)
+
+
+class ClipTooLong(UserError):
+    """A clip longer than its reader was allowed: `seconds` as its header says, or None where decoding
+    went past the limit (a header that lies, or gives no length)."""
+
+    def __init__(self, seconds: float | None, limit: float):
+        self.seconds, self.limit = seconds, limit
+        shown = f"{seconds:.1f} s" if seconds is not None else f"over {limit:g} s"
+        super().__init__(f"the clip is {shown}; the limit is {limit:g} s: trim it")
+
+
+def read_clip(data: bytes, max_seconds: float) -> tuple[np.ndarray, int]:
+    """A clip's bytes in any format libsndfile or FFmpeg reads -> (mono float32 waveform, rate).
+
+    Bounded whatever the bytes claim: the header's length is checked before any decoding, the decoded
+    samples are counted and reading stops once they pass `max_seconds` (a header can lie), and channels
+    are mixed down block by block, so no more than a block of the multi-channel clip ever exists.
+    ClipTooLong past the limit; UserError for a clip neither library reads (docs/DESIGN.md §uploads)."""
+    try:
+        found = _soundfile_clip(data, max_seconds)
+    except UserError:
+        raise
+    except Exception:  # libsndfile failed part-way: FFmpeg may still read it
+        found = None
+    if found is not None:
+        return found
+    try:
+        found = _av_clip(data, max_seconds)
+    except UserError:
+        raise
+    except Exception:
+        found = None
+    if found is None:
+        raise UserError("cannot read the voice clip; send WAV, FLAC, OGG, MP3 or another common audio file")
+    return found
+
+
+def _checked_rate(rate) -> int:
+    rate = int(rate or 0)
+    if not 0 < rate <= MAX_CLIP_RATE:
+        raise UserError(f"the clip's sample rate is {rate} Hz; the most is {MAX_CLIP_RATE} Hz: resample it")
+    return rate
+
+
+def _soundfile_clip(data: bytes, max_seconds: float) -> tuple[np.ndarray, int] | None:
+    """None where libsndfile does not know the format."""
+    import soundfile
+
+    try:
+        clip = soundfile.SoundFile(io.BytesIO(data))
+    except Exception:
+        return None
+    with clip:
+        rate = _checked_rate(clip.samplerate)
+        if clip.frames > max_seconds * rate:  # an unknown length is refused here too
+            raise ClipTooLong(None if clip.frames == UNKNOWN_FRAMES else clip.frames / rate, max_seconds)
+        block = np.empty((max(1, BLOCK_SAMPLES // clip.channels), clip.channels), dtype=np.float32)
+        return _bounded(_mono_blocks(clip, block), rate, max_seconds), rate
+
+
+def _mono_blocks(clip, block: np.ndarray):
+    while True:
+        got = clip.read(out=block)  # a view of `block`: copied out (or mixed down) before the next read
+        if not len(got):
+            return
+        # the channels-first mean of read_audio + to_mono, so the samples equal a whole-file read's
+        yield got[:, 0].copy() if got.shape[1] == 1 else np.ascontiguousarray(got.T).mean(axis=0)
+
+
+def _av_clip(data: bytes, max_seconds: float) -> tuple[np.ndarray, int] | None:
+    """FFmpeg's demuxers and decoders, mixed down to mono by its resampler frame by frame (its channel
+    matrix, not a plain mean); None where the container has no audio."""
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        if not container.streams.audio:
+            return None
+        stream = container.streams.audio[0]
+        rate = _checked_rate(stream.rate)
+        if container.duration is not None and container.duration / av.time_base > max_seconds:
+            raise ClipTooLong(container.duration / av.time_base, max_seconds)
+        resampler = av.AudioResampler(format="fltp", layout="mono", rate=rate)
+
+        def pieces():
+            for frame in container.decode(stream):
+                for mono in resampler.resample(frame):
+                    yield mono.to_ndarray()[0]
+            for mono in resampler.resample(None):
+                yield mono.to_ndarray()[0]
+
+        wav = _bounded(pieces(), rate, max_seconds)
+    return (wav, rate) if len(wav) else None
+
+
+def _bounded(pieces, rate: int, max_seconds: float) -> np.ndarray:
+    """The pieces joined, or ClipTooLong as soon as they pass max_seconds (the rest is never decoded)."""
+    most, count, kept = int(max_seconds * rate), 0, []
+    for piece in pieces:
+        count += len(piece)
+        if count > most:
+            raise ClipTooLong(None, max_seconds)
+        kept.append(np.asarray(piece, dtype=np.float32))
+    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.float32)
 
 
 def to_mono(wav: np.ndarray) -> np.ndarray:

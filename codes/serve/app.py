@@ -1,7 +1,8 @@
 """The HTTP layer: OpenAI's speech API (request shape, SSE events, error envelope) over a Synthesizer.
 
 Every error leaves as {"error": {"message", "type", "param", "code"}} with its status: 400 bad input
-(a runtime UserError's one line becomes the message), 401 wrong or missing key, 404 no such voice or
+(a runtime UserError's one line becomes the message), 401 wrong or missing key, 403 a web page that may
+not call (its Origin, or without a key a Host name: codes/serve/origins.py), 404 no such voice or
 route, 409 a voice name taken or too many voices, 413 a body past its limit, 429 queue full or too many
 requests, 503 loading, shutting down or the engine stopped, 504 no audio within the request timeout.
 A failure after the first audio ends the stream as an error the client sees (an SSE `error` event,
@@ -30,6 +31,7 @@ from codes.common.errors import UserError
 from codes.runtime.engine import EngineDown, QueueFull
 from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.encode import CONTENT_TYPES, StreamEncoder
+from codes.serve.origins import refusal
 from codes.serve.service import (MODEL_IDS, RequestError, ServerState, SpeechParams, open_speech, parse_speech,
                                  save_voice, too_busy)
 from codes.serve.speech import SpeechJob, StreamFailed, Synthesizer
@@ -53,14 +55,17 @@ def _too_large(limit: int, flag: str) -> JSONResponse:
 
 
 def _key_matches(scope, key: str) -> bool:
-    given = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
-    token = given[7:] if given.lower().startswith("bearer ") else ""
-    return hmac.compare_digest(token.encode(), key.encode())
+    """Compared as bytes: a client sends a non-ASCII key as its UTF-8, and the header's latin-1 text
+    re-encoded as UTF-8 never matched it."""
+    given = dict(scope.get("headers") or []).get(b"authorization", b"")
+    token = given[7:] if given[:7].lower() == b"bearer " else b""
+    return hmac.compare_digest(token, key.encode("utf-8", "surrogateescape"))  # a flag of raw bytes: those bytes
 
 
 def _guard(app, state: ServerState, mounted=None):
     """ASGI middleware around every request (plain ASGI: Starlette's BaseHTTPMiddleware would turn a
     stream that fails into a clean end):
+    - every path but /health refuses a web page that may not call it (403, codes/serve/origins.py);
     - with --api-key, /v1/* and the mounted door's paths (/mcp) need 'Authorization: Bearer KEY' (401);
     - a body past its limit is refused before it is read (by its Content-Length) or while it is
       (counted as it arrives), so no route ever holds more than the limit;
@@ -73,6 +78,10 @@ def _guard(app, state: ServerState, mounted=None):
         if state.config.replica:
             send = _named(send, state.config.replica)
         key = state.config.api_key
+        if scope["path"] != "/health":
+            refused = refusal(dict(scope.get("headers") or []), state.config.browsers, keyed=bool(key))
+            if refused is not None:
+                return await envelope(403, refused[1], code=refused[0], kind="permission_error")(scope, receive, send)
         guarded = scope["path"].startswith("/v1/") or (mounted is not None and mounted.handles(scope["path"]))
         if key and guarded and not _key_matches(scope, key):
             return await envelope(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",

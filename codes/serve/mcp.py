@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import AudioContent, TextContent
 
 from codes import __version__
@@ -148,7 +149,11 @@ class McpDoor:
 
     def __init__(self, state: ServerState, output_dir: Path | None, host: str):
         self.server = build(state, output_dir)
-        self.app = self.server.streamable_http_app(streamable_http_path=PATH, stateless_http=True, host=host)
+        # the SDK's own Host and Origin checks (loopback names only) are off: app.py's guard applies the
+        # server's one rule (codes/serve/origins.py) to /mcp before the SDK sees a request, --allow-host included
+        self.app = self.server.streamable_http_app(streamable_http_path=PATH, stateless_http=True, host=host,
+                                                   transport_security=TransportSecuritySettings(
+                                                       enable_dns_rebinding_protection=False))
 
     @contextlib.asynccontextmanager
     async def running(self):

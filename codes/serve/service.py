@@ -6,7 +6,6 @@ into a SpeechJob the same way whoever asked, so requests from all doors share de
 from __future__ import annotations
 
 import asyncio
-import io
 import itertools
 import logging
 import math
@@ -17,13 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from codes.common.errors import UserError
+from codes.runtime import audio
 from codes.runtime.chunks import TextStream, stream_chunks
 from codes.runtime.engine import QueueFull
 from codes.runtime.settings import GenerationSettings
 from codes.serve.encode import check_format
-from codes.serve.limits import Limits, excerpt
+from codes.serve.limits import Limits, excerpt, flag
+from codes.serve.origins import BrowserRules
 from codes.serve.speech import SpeechJob, Synthesizer, settle_sentences
-from codes.serve.voices import DESIGN_VOICES, UnknownVoice, Voices
+from codes.serve.voices import DESIGN_VOICES, TooManyVoices, UnknownVoice, VoiceExists, Voices
 
 MODEL_IDS = ("omnivoice", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # OpenAI's names are accepted as aliases
 MAX_STEPS = 256
@@ -54,6 +55,7 @@ class ServerConfig:
     limits: Limits = field(default_factory=Limits)
     settings: GenerationSettings = field(default_factory=GenerationSettings)  # what a request leaves out
     replica: str | None = None  # a Ray Serve replica's NAME/PID: sent as a response header and in the request log
+    browsers: BrowserRules = field(default_factory=BrowserRules)  # which web pages may call (--allow-origin/-host)
 
 
 @dataclass
@@ -212,29 +214,17 @@ async def resolve_voice(state: ServerState, synth: Synthesizer, name: str, instr
 
 
 
-def read_clip(data: bytes) -> tuple[np.ndarray, int]:
-    """A reference clip in any format soundfile or PyAV reads -> ([channels, samples] float32, rate)."""
-    import soundfile
-
+def read_clip(data: bytes, limits: Limits) -> tuple[np.ndarray, int]:
+    """An uploaded clip -> (mono float32, rate), its length refused from its header before decoding
+    (codes/runtime/audio.py read_clip), so a small file that unpacks to gigabytes is never unpacked."""
     try:
-        wav, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
-        return np.ascontiguousarray(wav.T), int(rate)
-    except Exception:  # not a format libsndfile knows: try FFmpeg's demuxers
-        pass
-    try:
-        import av
-
-        with av.open(io.BytesIO(data)) as container:
-            stream = container.streams.audio[0]
-            resampler = av.AudioResampler(format="fltp", layout="mono", rate=stream.rate)
-            pieces = [frame.to_ndarray() for packet in container.decode(stream) for frame in resampler.resample(packet)]
-            pieces += [frame.to_ndarray() for frame in resampler.resample(None)]
-            if pieces:
-                return np.concatenate(pieces, axis=1).astype(np.float32), int(stream.rate)
-    except Exception:
-        pass
-    raise RequestError(400, "cannot read the voice clip; send WAV, FLAC, OGG, MP3 or another common audio file", "file",
-                       "unreadable_audio")
+        return audio.read_clip(data, limits.max_ref_seconds_upload)
+    except audio.ClipTooLong as exc:
+        shown = f"{exc.seconds:.1f} s" if exc.seconds is not None else f"over {exc.limit:g} s"
+        raise RequestError(400, f"the clip is {shown}; the limit is {exc.limit:g} s ({flag('max_ref_seconds_upload')}; "
+                                "a clone prompt needs only a few seconds): trim it", "file", "clip_too_long") from None
+    except UserError as exc:
+        raise RequestError(400, str(exc), "file", "unreadable_audio") from None
 
 
 async def save_voice(state: ServerState, synth: Synthesizer, read, transcript: str, vid: str) -> None:
@@ -247,19 +237,28 @@ async def save_voice(state: ServerState, synth: Synthesizer, read, transcript: s
     loop = asyncio.get_running_loop()
     book = state.voices.book
     if await loop.run_in_executor(None, book.saved_path, vid) is not None:  # before any decoding
-        raise RequestError(409, f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})", "name",
-                           "voice_exists")
+        raise _voice_exists(vid)
     if len(await loop.run_in_executor(None, book.saved_ids)) >= limits.max_voices:
-        raise RequestError(409, f"{limits.max_voices} voices are saved, the most --max-voices allows; "
-                                "delete one first", "name", "too_many_voices")
-    wav, rate = await loop.run_in_executor(None, read_clip, await read())
-    seconds = wav.shape[-1] / rate
-    if seconds > limits.max_ref_seconds_upload:
-        raise RequestError(400, f"the clip is {seconds:.1f} s; the limit is {limits.max_ref_seconds_upload:g} s (a "
-                                "clone prompt needs only a few seconds): trim it", "file", "clip_too_long")
+        raise _too_many_voices(limits)
+    wav, rate = await loop.run_in_executor(None, read_clip, await read(), limits)
     voice = await loop.run_in_executor(synth.decode_pool, synth.tts.create_voice, (wav, rate), transcript)
-    await loop.run_in_executor(None, book.save, vid, voice)
+    try:  # counted again under the folder's lock: uploads that were decoded at once all passed the count above
+        await loop.run_in_executor(None, book.save, vid, voice, limits.max_voices)
+    except VoiceExists:
+        raise _voice_exists(vid) from None
+    except TooManyVoices:
+        raise _too_many_voices(limits) from None
     logger.info("saved voice %s (%d frames)", vid, voice.codes.shape[1])
+
+
+def _voice_exists(vid: str) -> RequestError:
+    return RequestError(409, f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})", "name",
+                        "voice_exists")
+
+
+def _too_many_voices(limits: Limits) -> RequestError:
+    return RequestError(409, f"{limits.max_voices} voices are saved, the most --max-voices allows; delete one first",
+                        "name", "too_many_voices")
 
 
 def too_busy(limits: Limits) -> RequestError:

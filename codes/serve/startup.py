@@ -15,6 +15,7 @@ from pathlib import Path
 from codes.common.errors import UserError
 from codes.runtime.settings import GenerationSettings
 from codes.serve.limits import Limits, limits_from_args
+from codes.serve.origins import BrowserRules, browser_rules
 from codes.serve.service import MAX_STEPS, ServerConfig, ServerState
 from codes.serve.voices import DESIGN_VOICES, PIN_FOLDER, DesignPins, PinSettings, VoiceBook, Voices
 
@@ -36,8 +37,9 @@ class ServiceOptions:
     provider: str | None
     threads: int | None
     settings: GenerationSettings  # what a request leaves out (--num-steps)
-    host: str  # where the HTTP server listens (MCP's transport checks Host headers against it)
+    host: str  # where the HTTP server listens
     mcp_output_dir: Path | None
+    browsers: BrowserRules = BrowserRules()  # --allow-origin, --allow-host
     replica: str | None = None  # NAME/PID of a Ray Serve replica; None for plain serve.py
 
     def for_replica(self, name: str) -> "ServiceOptions":
@@ -75,7 +77,7 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
     return ServiceOptions(model_dir, higgs_dir, args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY")
                           or None, limits, args.max_batch, args.max_queue, args.pin_seconds, tuple(preload),
                           args.max_ref_seconds, args.provider, args.threads, settings, args.host,
-                          args.mcp_output_dir)
+                          args.mcp_output_dir, browser_rules(args.allow_origin, args.allow_host))
 
 
 def service_state(options: ServiceOptions) -> ServerState:
@@ -89,7 +91,8 @@ def service_state(options: ServiceOptions) -> ServerState:
     pins = DesignPins(options.voices_dir / PIN_FOLDER, read_manifest(options.model_dir).identity(),
                       PinSettings(seconds=options.pin_seconds), options.limits.max_pinned)
     voices = Voices(book, pins, options.max_ref_seconds)
-    config = ServerConfig(options.voices_dir, options.api_key, options.limits, options.settings, options.replica)
+    config = ServerConfig(options.voices_dir, options.api_key, options.limits, options.settings, options.replica,
+                          options.browsers)
     return ServerState(config, voices)
 
 

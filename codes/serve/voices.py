@@ -14,6 +14,8 @@ name without .npz and never reaches outside that folder. Protocol-neutral: every
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -63,6 +65,7 @@ PIN_TEXTS = ("Hi, how are you?",
 PIN_SEED = 1234
 PIN_SECONDS = 1.5  # measured: docs/DESIGN.md §pin-length
 PIN_FOLDER = "pinned"
+LOCK_FILE = ".lock"  # in the voices folder: held while a save counts the saved voices and adds one
 _ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
@@ -74,6 +77,14 @@ def voice_id(name: str) -> str:
     if cleaned in DESIGN_VOICES:
         raise UserError(f"voice name {cleaned!r} is a built-in voice; choose another name")
     return cleaned
+
+
+class VoiceExists(UserError):
+    """A saved voice's id is taken (409)."""
+
+
+class TooManyVoices(UserError):
+    """--max-voices are saved (409)."""
 
 
 class VoiceBook:
@@ -109,12 +120,29 @@ class VoiceBook:
     def unknown_voice(self, vid) -> UserError:
         return UserError(f"unknown voice {vid!r}; known voices: {self.known()}")
 
-    def save(self, vid: str, voice: Voice) -> None:
+    def save(self, vid: str, voice: Voice, most: int | None = None) -> None:
+        """VoiceExists for an id that is taken; TooManyVoices where `most` are saved already. The count and
+        the save hold the folder's lock, so uploads at once (threads, or replicas sharing the folder)
+        cannot all pass the count and then all save."""
         path = self.folder / f"{vid}.npz"
-        try:  # exclusive: two servers on one folder saving one id at once keep the first
-            voice.save(path, exclusive=True)
-        except FileExistsError:
-            raise UserError(f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})") from None
+        with self._locked():
+            if most is not None and len(self.saved_ids()) >= most:
+                raise TooManyVoices(f"{most} voices are saved; delete one first")
+            try:  # exclusive: two servers on one folder saving one id at once keep the first
+                voice.save(path, exclusive=True)
+            except FileExistsError:
+                raise VoiceExists(f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})") from None
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The folder's lock: flock conflicts between any two opens of the file, in one process or many
+        (and Linux's NFS client maps it onto POSIX locks, so replicas on other machines take it too)."""
+        with open(self.folder / LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def delete(self, vid: str) -> bool:
         path = self.saved_path(vid)
