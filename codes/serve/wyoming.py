@@ -139,8 +139,8 @@ class SpeechHandler(AsyncEventHandler):
                     return reading.result()
                 if not self._speaking():
                     seconds = self.limits.wyoming_idle_seconds
-                    raise EventRefused(f"nothing came for {seconds:g} s (--wyoming-idle-seconds); send the text as "
-                                       "it is written, then synthesize-stop", "idle_timeout")
+                    raise EventRefused(f"nothing came for {seconds:g} s (--wyoming-idle-seconds); send a stream's "
+                                       "text as it is written and end it with synthesize-stop", "idle_timeout")
         finally:
             reading.cancel()
 
