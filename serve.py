@@ -57,7 +57,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores; with --ray, per replica: 1)")
     doors = p.add_argument_group("other doors onto the same engine (Home Assistant, AI agents)")
     doors.add_argument("--wyoming-uri", dest="wyoming_uri",
-                       help="also serve Wyoming (Home Assistant) here, e.g. tcp://0.0.0.0:10200")
+                       help="also serve Wyoming (Home Assistant) here, e.g. tcp://127.0.0.1:10200. Wyoming has no "
+                            "authentication (--api-key does not guard it): anyone who reaches the port can use the "
+                            "server, so bind 0.0.0.0 or a LAN address only on a trusted network, behind a firewall")
     doors.add_argument("--wyoming-zeroconf", dest="wyoming_zeroconf", metavar="NAME",
                        help="announce the Wyoming server on the network under NAME, for Home Assistant to discover")
     doors.add_argument("--mcp-output-dir", dest="mcp_output_dir", type=Path,

@@ -133,3 +133,14 @@ def test_the_first_sentence_of_a_stream_is_cut_as_a_whole_text_is():
     given, rest = pushed(text, [len(text) - 10])
     assert given[0] == stream_chunks(text.split(". ")[0] + ".")
     assert rest == ["Anything else?"]
+
+
+@pytest.mark.parametrize("text", [TEXTS[2] * 20, "Dr. Smith. " * 400, "!" * 4000, "," * 4000, "中" * 4000,
+                                  "a - " * 1000, "no punctuation at all " * 200])
+def test_a_stream_reads_each_character_a_bounded_number_of_times_however_it_is_cut(text):
+    """One character a push (Home Assistant sends tokens): the work is linear in the text. Before,
+    every push read the whole pending text again, and "Dr. " * 1000 took 20 s, "!" * 4000 ten minutes."""
+    stream = TextStream()
+    chunks = [c for char in text for c in stream.push(char)] + stream.flush()
+    assert squeezed("".join(chunks)) == squeezed(text)
+    assert stream.examined <= 5 * len(text), stream.examined

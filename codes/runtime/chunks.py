@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from codes.runtime.duration import text_weight
+from codes.runtime.duration import char_weight, text_weight
 from codes.runtime.text import ABBREVIATIONS, CLOSING_MARKS
 
 SENTENCE_ENDS = frozenset(".!?…。！？")
@@ -27,13 +27,14 @@ SPACED_DASH = re.compile(r"\s[-–—]\s")  # " - " is a dash; "well-known" is a
 # limit fits every script.
 MIN_WEIGHT = 4  # no first chunk lighter than this: "Sure," (4.5) may stand alone, "Oh," (2.5) joins the next
 MAX_WEIGHT = 200  # later chunks: whole sentences up to this weight (about 12 s of English)
+_LONGEST_ABBREVIATION = max(map(len, ABBREVIATIONS))
 
 
 def _cut_after(text: str, marks: frozenset[str], spaced_dash: bool = False) -> list[str]:
     """`text` cut after each mark (closing quotes and further marks stay with it); pieces keep their spaces."""
-    cuts = set()
+    cuts, run_end = set(), 0
     for index, char in enumerate(text):
-        if char not in marks:
+        if char not in marks or index < run_end:  # inside a run already cut at its end: "!!!" is read once
             continue
         if char == "." and _abbreviation_before(text, index):
             continue
@@ -43,6 +44,7 @@ def _cut_after(text: str, marks: frozenset[str], spaced_dash: bool = False) -> l
         while end < len(text) and (text[end] in marks or text[end] in CLOSING_MARKS):
             end += 1
         cuts.add(end)
+        run_end = end
     if spaced_dash:
         cuts.update(match.end() - 1 for match in SPACED_DASH.finditer(text))
     bounds = [0, *sorted(c for c in cuts if 0 < c < len(text)), len(text)]
@@ -50,8 +52,14 @@ def _cut_after(text: str, marks: frozenset[str], spaced_dash: bool = False) -> l
 
 
 def _abbreviation_before(text: str, dot: int) -> bool:
-    words = text[:dot + 1].split()
-    return bool(words) and words[-1] in ABBREVIATIONS
+    """Whether the word that ends at `dot` is an abbreviation. It looks back no further than the
+    longest abbreviation, so a text of many dots is read in linear time."""
+    start = dot
+    while start > 0 and not text[start - 1].isspace() and dot - start < _LONGEST_ABBREVIATION:
+        start -= 1
+    if start > 0 and not text[start - 1].isspace():  # a longer word: no abbreviation
+        return False
+    return text[start:dot + 1] in ABBREVIATIONS
 
 
 def sentences(text: str) -> list[str]:
@@ -68,12 +76,15 @@ def _weight(text: str) -> float:
 
 def _split_run(word: str, max_weight: float) -> list[str]:
     """A run without spaces (Chinese, Japanese, Thai) cut into pieces of at most max_weight."""
-    out, current = [], ""
+    out, current, weight, spoken = [], "", 0.0, False  # weight: _weight(current), kept as the run is read
     for char in word:
-        if current.strip() and _weight(current + char) > max_weight:
+        added = 0.0 if char.isspace() else char_weight(char)  # white space only ends a run: .strip() drops it
+        if spoken and weight + added > max_weight:
             out.append(current)
-            current = ""
+            current, weight, spoken = "", 0.0, False
         current += char
+        weight += added
+        spoken = spoken or not char.isspace()
     return [*out, current] if current else out
 
 
@@ -139,52 +150,111 @@ class TextStream:
     stream_chunks: given as soon as it is complete, or the first sentence cut as stream_chunks cuts
     it where it came whole; later sentences come whole (cut only past `max_weight`). A sentence is
     complete once what follows it shows it ends: white space after its mark, or (CJK) the mark itself,
-    and never an abbreviation's dot ("Dr. " waits for the next word)."""
+    and never an abbreviation's dot ("Dr. " waits for the next word).
+
+    Work is linear in the text however it is cut (one character a push included): a mark's verdict is
+    final once the character after its run has come, so each scan goes on from where the last push
+    left it, and what a cut leaves behind (all of it from the push that made the cut) is read once more.
+    `examined` counts the characters read, for tests/test_chunks.py."""
 
     def __init__(self, min_weight: float = MIN_WEIGHT, max_weight: float = MAX_WEIGHT):
         self.min_weight, self.max_weight = min_weight, max_weight
         self.pending = ""
         self.started = False
+        self.examined = 0
+        self._rescan()
+
+    def _rescan(self) -> None:
+        """Scan `pending` from its start again (it has just lost its head)."""
+        self._sentence_from = self._sentence_run = 0  # where the sentence scan goes on; a run at the end read to here
+        self._clause_from = self._clause_run = 0  # the same for the first clause's scan
+        self._dash_end = 0  # where the last spaced dash ended (spaced dashes do not overlap, as in SPACED_DASH)
 
     def push(self, text: str) -> list[str]:
         self.pending += text
-        parts = sentences(self.pending)
-        done = parts[:-1]
-        if parts and self._ends_sentence(self.pending):
-            done = parts
-        if not done and not self.started:  # the first sentence goes on: its first clause may go now
-            return self._first_clause(parts[0] if parts else "")
-        self.pending = self.pending[sum(map(len, done)):]
-        return self._chunks("".join(done))
+        end = self._complete()
+        if not end and not self.started:  # the first sentence goes on: its first clause may go now
+            return self._first_clause()
+        return self._chunks(self._take(end))
 
-    def _first_clause(self, sentence: str) -> list[str]:
+    def _take(self, end: int) -> str:
+        done, self.pending = self.pending[:end], self.pending[end:]
+        if end:
+            self._rescan()
+        return done
+
+    def _complete(self) -> int:
+        """How much of `pending` is complete sentences (0: none): up to the last cut that sentences()
+        makes, or all of it where it ends a sentence (white space after the cut, or a CJK mark)."""
+        text, last_cut, index = self.pending, 0, self._sentence_from
+        while index < len(text):
+            self.examined += 1
+            char = text[index]
+            if char not in SENTENCE_ENDS or (char == "." and _abbreviation_before(text, index)):
+                index += 1
+                continue
+            if char in ".!?" and index + 1 < len(text) and text[index + 1].isalnum():  # 5.3, e.g, a.m.
+                index += 1
+                continue
+            end = max(index + 1, self._sentence_run)
+            while end < len(text) and (text[end] in SENTENCE_ENDS or text[end] in CLOSING_MARKS):
+                end += 1
+                self.examined += 1
+            if end == len(text):  # "Hello." may go on as "Hello..." or 'Hello."': the next piece decides
+                self._sentence_run = end
+                break
+            last_cut, index, self._sentence_run = end, end, 0
+        self._sentence_from = index
+        if index < len(text) and text[-1] in "。！？":
+            return len(text)
+        if last_cut and text[last_cut:].isspace():
+            return len(text)
+        return last_cut
+
+    def _first_clause(self) -> list[str]:
         """The opening clauses of an unfinished first sentence once they weigh `min_weight` and
         more text follows them (a clause is complete only then)."""
-        head = ""
-        for clause in clauses(sentence)[:-1]:
-            head += clause
-            if _weight(head) >= self.min_weight:
+        text, index = self.pending, self._clause_from
+        while index < len(text):
+            self.examined += 1
+            cut = self._clause_cut(text, index)
+            if cut is None:
+                index += 1
+                continue
+            if cut == len(text):  # its end is not known yet
+                break
+            self.examined += cut
+            if _weight(text[:cut]) >= self.min_weight:
                 self.started = True
-                self.pending = self.pending[len(head):]
+                head = self._take(cut)
                 return [piece.strip() for piece in _fitted(head, self.max_weight) if piece.strip()]
+            index = cut
+        self._clause_from = index
         return []
 
-    def flush(self) -> list[str]:
-        text, self.pending = self.pending, ""
-        return self._chunks(text)
+    def _clause_cut(self, text: str, index: int) -> int | None:
+        """Where clauses() cuts after the character at `index` (len(text): not known yet), or None."""
+        char = text[index]
+        if char in "-–—" and 0 < index and index - 1 >= self._dash_end and text[index - 1].isspace():
+            if index + 1 == len(text):
+                return len(text)
+            if text[index + 1].isspace():
+                self._dash_end = index + 2
+                return index + 1
+        if char not in CLAUSE_MARKS:
+            return None
+        end = max(index + 1, self._clause_run)
+        while end < len(text) and (text[end] in CLAUSE_MARKS or text[end] in CLOSING_MARKS):
+            end += 1
+            self.examined += 1
+        self._clause_run = end if end == len(text) else 0
+        return end
 
-    @staticmethod
-    def _ends_sentence(text: str) -> bool:
-        """Whether `text` ends with a finished sentence: one the next word would be cut from."""
-        stripped = text.rstrip()
-        if not stripped or stripped[-1] not in SENTENCE_ENDS | CLOSING_MARKS:
-            return False
-        if stripped == text and stripped[-1] not in "。！？":  # "Hello." may go on as "Hello..." or 'Hello."'
-            return False
-        probe = sentences(text + "A")
-        return len(probe) > 1 and probe[-1].strip() == "A"
+    def flush(self) -> list[str]:
+        return self._chunks(self._take(len(self.pending)))
 
     def _chunks(self, text: str) -> list[str]:
+        self.examined += len(text)
         if not text.strip():
             return []
         if not self.started:

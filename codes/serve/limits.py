@@ -27,6 +27,9 @@ class Limits:
     request_timeout: float = 300.0  # seconds to a request's first audio (504)
     max_request_seconds: float = 900.0  # seconds for a whole request (the stream then ends with an error)
     drain_seconds: float = 30.0  # on SIGTERM, how long running requests may take to finish
+    wyoming_max_connections: int = 16  # open Wyoming connections (the next gets an error event and is closed)
+    wyoming_idle_seconds: float = 30.0  # a Wyoming client that sends nothing while nothing is spoken is closed
+    wyoming_write_seconds: float = 30.0  # a Wyoming client that reads no audio for this long is closed
 
 
 HELP = {
@@ -43,6 +46,10 @@ HELP = {
     "request_timeout": "seconds a request may wait for its first audio (504 beyond)",
     "max_request_seconds": "seconds a whole request may take (its stream then ends with an error)",
     "drain_seconds": "on SIGTERM, seconds running requests may take to finish before they are ended",
+    "wyoming_max_connections": "open Wyoming connections at once (the next gets an error event and is closed)",
+    "wyoming_idle_seconds": "seconds a Wyoming client may send nothing while none of its audio is being made "
+                            "(a synthesize-start and then silence included); it is then closed",
+    "wyoming_write_seconds": "seconds a Wyoming client may leave its audio unread before it is closed",
 }
 FLAGS = {"max_ref_seconds_upload": "--max-upload-seconds"}  # where the flag is not the field's name
 
