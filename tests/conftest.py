@@ -63,7 +63,8 @@ def last_error_line(result: subprocess.CompletedProcess) -> str:
 # once; the modules that start a local Ray share one worker, so two never run at once. The long modules go
 # first, so that no worker is left waiting at the end on one that started last.
 RAY_MODULES = ("test_corpus", "test_cluster")
-LONG_MODULES = ("test_walkthrough", "test_optimize", *RAY_MODULES, "test_published", "test_bench", "test_inference")
+LONG_MODULES = ("test_walkthrough", "test_optimize", *RAY_MODULES, "test_hostile", "test_wyoming_hostile", "test_doors",
+                "test_published", "test_bench", "test_inference", "test_serve", "test_latency")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -79,6 +80,7 @@ def pytest_xdist_make_scheduler(config, log):
             path = nodeid.split("::", 1)[0]
             return "ray" if Path(path).stem in RAY_MODULES else path
 
+    config.option.loadscopereorder = False  # keep the order above, not the modules with the most tests first
     return ModuleScheduling(config, log)
 
 
