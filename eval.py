@@ -53,6 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    args.command = "python eval.py " + " ".join(map(str, sys.argv[1:] if argv is None else argv))
     from codes.runtime.manifest import find_builds
 
     args.model_dir, args.higgs_dir = find_builds(args.model_dir, args.higgs_dir)
@@ -81,7 +82,7 @@ def rtf(args) -> int:
         model_dirs=[args.model_dir, *args.compare], torch_checkpoint=torch_ckpt, torch_dtypes=args.torch_dtype,
         higgs_dir=args.higgs_dir, backbone=args.backbone, provider=args.provider,
         workload=args.workload, num_steps=args.num_steps, repeats=args.repeats, warmup=args.warmup, threads=args.threads,
-        memory=not args.no_memory, profile=not args.no_profile, step_batches=args.step_batches, out=args.out, command="python eval.py " + " ".join(sys.argv[1:]),
+        memory=not args.no_memory, profile=not args.no_profile, step_batches=args.step_batches, out=args.out, command=args.command,
     )
     report = benchmark(request, log=lambda line: print(line, file=sys.stderr))
     print(markdown(report))

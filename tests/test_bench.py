@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_script
+from conftest import run_main
 from synthesis_inputs import FP32_BUILD
 
 
@@ -12,11 +12,12 @@ def test_rtf_benchmark_writes_side_by_side_results(builds, tmp_path):
     fp32 = builds.get(*FP32_BUILD)  # the codec's precision does not matter here: the shared fp32 build
     int4 = builds.get("cpu", "--include-higgs")
     out = tmp_path / "bench" / "results"
-    result = run_script("eval.py", "--mode", "rtf", "--model_dir", int4, "--compare", fp32,
-                        "--torch", "tiny-random", "--torch-dtype", "fp32", "--workload", "smoke",
-                        "--repeats", "1", "--warmup", "0", "--threads", "2", "--step-batches", "1", "2", "--out", out)
+    result = run_main("eval.py", "--mode", "rtf", "--model_dir", int4, "--compare", fp32,
+                      "--torch", "tiny-random", "--torch-dtype", "fp32", "--workload", "smoke",
+                      "--repeats", "1", "--warmup", "0", "--threads", "2", "--step-batches", "1", "2", "--out", out)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.with_suffix(".json").read_text())
+    assert report["command"].startswith(f"python eval.py --mode rtf --model_dir {int4} --compare {fp32} ")
     engines = set(report["results"])
     assert engines == {f"ours cpu ({int4.name})", f"ours cpu_fp32 ({fp32.name})", "upstream torch fp32"}
     for cases in report["results"].values():

@@ -134,7 +134,7 @@ def test_the_causal_genai_backbone_is_refused_until_a_bidirectional_one_is_passe
     assert speak(ours, tmp_path / "ours").returncode == 0
     np.testing.assert_array_equal(np.load(tmp_path / "codes.npy"), np.load(tmp_path / "ours/codes.npy"))
     checked = run_main("eval.py", "--mode", "equiv", "--model_dir", causal_published,
-                         "--backbone", ours / "llm_decoder.onnx")
+                       "--backbone", ours / "llm_decoder.onnx")
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 

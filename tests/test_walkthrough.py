@@ -18,7 +18,7 @@ import soundfile
 
 from codes.export.generated_higgs import speech_like_signal
 from codes.runtime.manifest import read_manifest
-from conftest import ROOT
+from conftest import ROOT, run_main
 
 WALKTHROUGH = """\
 python optimize.py --device cpu      --output onnx/int4 --model ./model/
@@ -88,19 +88,21 @@ def test_the_recipe_walkthrough_runs_verbatim(tiny_checkpoint, tmp_path):
     assert (folder / "bench" / "results.md").is_file()  # eval.py's default --out, inside the user's folder
 
 
-def test_rebuilds_replace_only_their_own_files(tiny_checkpoint, tmp_path):
-    """A backbone rebuild keeps the codec and a codec rebuild keeps the backbone, byte for byte."""
+def test_rebuilds_replace_only_their_own_files(tiny_checkpoint, tmp_path, monkeypatch):
+    """A backbone rebuild keeps the codec and a codec rebuild keeps the backbone, byte for byte (optimize.py's
+    main run in the user's folder, in this process: what is under test is the files, not the process)."""
     folder = project_folder(tmp_path, tiny_checkpoint.path)
-    assert run_line(folder, "python optimize.py --device cpu_fp32 --include-higgs --output onnx --model ./model/").returncode == 0
+    monkeypatch.chdir(folder)
+    run_main("optimize.py", *"--device cpu_fp32 --include-higgs --output onnx --model ./model/".split(), check=True)
     codec_before = {p.name: p.read_bytes() for p in (folder / "onnx/audio_tokenizer").iterdir()}
-    result = run_line(folder, "python optimize.py --device cpu --output onnx --model ./model/")
+    result = run_main("optimize.py", *"--device cpu --output onnx --model ./model/".split())
     assert result.returncode == 0, result.stderr
     assert {p.name: p.read_bytes() for p in (folder / "onnx/audio_tokenizer").iterdir()} == codec_before
     manifest = read_manifest(folder / "onnx")
     assert manifest.data["profile"] == "cpu" and manifest.codec()[0] == folder / "onnx/audio_tokenizer"
 
     backbone_before = {name: (folder / "onnx" / name).read_bytes() for name in manifest.data["files"]}
-    result = run_line(folder, "python optimize.py --higgs-only --higgs-precision fp32 --output onnx --model ./model/")
+    result = run_main("optimize.py", *"--higgs-only --higgs-precision fp32 --output onnx --model ./model/".split())
     assert result.returncode == 0, result.stderr
     assert {name: (folder / "onnx" / name).read_bytes() for name in backbone_before} == backbone_before
     after = read_manifest(folder / "onnx")
