@@ -1,4 +1,5 @@
-"""Shared fixtures: the tiny checkpoint and its builds, made once per test session.
+"""Shared fixtures: the tiny checkpoint and its builds, made once per run and shared by every xdist worker,
+and how a test runs an entry point (a new process, or its main in this one).
 
 Generated artefacts go to a cache inside the checkout (.cache/, git-ignored), so a
 fresh clone builds everything from scratch, exactly as CI does.
@@ -6,11 +7,13 @@ fresh clone builds everything from scratch, exactly as CI does.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import importlib
+import io
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -37,10 +40,6 @@ def run_main(script: str, *args, check: bool = False) -> subprocess.CompletedPro
     """An entry point's main() in this process, exit code and printed lines as run_script gives them: for
     checks of what a command computes, where no process boundary is under test (the interpreter, torch and
     Olive are already loaded here)."""
-    import contextlib
-    import importlib
-    import io
-
     from codes.common.errors import run_cli
 
     module = importlib.import_module(Path(script).stem)
@@ -90,7 +89,7 @@ def shared_folder(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-@contextmanager
+@contextlib.contextmanager
 def one_at_a_time(lock: Path):
     """Held by one process at a time: what the first holder makes, the others find made."""
     lock.parent.mkdir(parents=True, exist_ok=True)
