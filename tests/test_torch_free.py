@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,10 +37,6 @@ def test_runtime_modules_import_without_torch():
 def runtime_venv() -> Path:
     """A venv holding requirements-runtime.txt alone, made once and kept in the test cache under the file's
     hash (a fresh clone makes it anew; pip takes what its wheel cache holds)."""
-    import hashlib
-    import os
-    import shutil
-
     requirements = REPO_ROOT / "requirements-runtime.txt"
     digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
     root = Path(os.environ["OMNIVOICE_ONNX_CACHE"]) / "venvs"
@@ -52,8 +51,10 @@ def runtime_venv() -> Path:
                               str(requirements)], capture_output=True, text=True, timeout=900)
     assert install.returncode == 0, install.stderr
     (staging / "installed").write_text(digest)
-    shutil.rmtree(venv, ignore_errors=True)  # a half-made one of an earlier, killed run
-    staging.rename(venv)
+    try:
+        staging.rename(venv)
+    except OSError:  # another run made it first: use that one
+        shutil.rmtree(staging)
     return venv
 
 
