@@ -59,8 +59,12 @@ class ClipTooLong(UserError):
 
     def __init__(self, seconds: float | None, limit: float):
         self.seconds, self.limit = seconds, limit
-        shown = f"{seconds:.1f} s" if seconds is not None else f"over {limit:g} s"
-        super().__init__(f"the clip is {shown}; the limit is {limit:g} s: trim it")
+        super().__init__(f"the clip is {self.length}; the limit is {limit:g} s: trim it")
+
+    @property
+    def length(self) -> str:
+        """The clip's length as far as it is known: "12.3 s", or "over 30 s"."""
+        return f"{self.seconds:.1f} s" if self.seconds is not None else f"over {self.limit:g} s"
 
 
 def read_clip(data: bytes, max_seconds: float) -> tuple[np.ndarray, int]:

@@ -220,8 +220,7 @@ def read_clip(data: bytes, limits: Limits) -> tuple[np.ndarray, int]:
     try:
         return audio.read_clip(data, limits.max_ref_seconds_upload)
     except audio.ClipTooLong as exc:
-        shown = f"{exc.seconds:.1f} s" if exc.seconds is not None else f"over {exc.limit:g} s"
-        raise RequestError(400, f"the clip is {shown}; the limit is {exc.limit:g} s ({flag('max_ref_seconds_upload')}; "
+        raise RequestError(400, f"the clip is {exc.length}; the limit is {exc.limit:g} s ({flag('max_ref_seconds_upload')}; "
                                 "a clone prompt needs only a few seconds): trim it", "file", "clip_too_long") from None
     except UserError as exc:
         raise RequestError(400, str(exc), "file", "unreadable_audio") from None
