@@ -29,7 +29,9 @@ def start_ray(address: str | None, verbose: bool = False, log_to_driver: bool | 
     if address:
         settings.update(address=address, runtime_env={"py_modules": [str(ROOT / "codes")]})
     else:
-        settings.update(address="local", runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}}, **local)
+        # The caller's own PYTHONPATH stays after this checkout, as it is in this process.
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        settings.update(address="local", runtime_env={"env_vars": {"PYTHONPATH": path}}, **local)
     with library_output("ray.init"):  # Ray's start-up notices; a failure is our one line below
         try:
             ray.init(**settings)
