@@ -41,12 +41,17 @@ def check_audio_output_path(path, what: str = "audio output") -> Path:
 
 def write_audio(path, wav: np.ndarray, sample_rate: int, float_wav: bool = False) -> None:
     """16-bit PCM by default (float with float_wav); the format follows the extension."""
+    with atomic_path(path) as tmp:
+        encode_audio(tmp, wav, sample_rate, float_wav)
+
+
+def encode_audio(path, wav: np.ndarray, sample_rate: int, float_wav: bool = False) -> None:
+    """write_audio without the atomic rename, for a caller that publishes the file itself."""
     import soundfile
 
     path = Path(path)
     subtype = "FLOAT" if float_wav else ("PCM_16" if path.suffix.lower() == ".wav" else None)
-    with atomic_path(path) as tmp:
-        soundfile.write(str(tmp), np.asarray(wav, dtype=np.float32), sample_rate, subtype=subtype)
+    soundfile.write(str(path), np.asarray(wav, dtype=np.float32), sample_rate, subtype=subtype)
 
 
 def save_codes(path, codes: np.ndarray) -> None:
