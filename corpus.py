@@ -7,7 +7,8 @@
 Rows: id (unique, names the audio file), text, and optionally language, instruct, voice (a .npz from
 inference.py --save_voice), ref_audio + ref_text, duration, speed, seed. Audio goes to
 OUT/audio/<id>.<format>, one record per row to OUT/results.parquet and OUT/results.jsonl; running
-the same command again skips what is done and redoes what failed or is missing.
+the same command again skips what is done and redoes what failed or is missing, except a row that
+took its actor down (a crash): that one is skipped until --retry-failed.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--gpus-per-actor", type=float, help="GPUs per actor (default: 1 with --provider cuda, else 0)")
     p.add_argument("--format", choices=("wav", "flac"), default="wav", help="audio files: 16-bit WAV or FLAC")
     p.add_argument("--seed", type=int, default=0, help="a row without a seed gets one from its id and this")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="speak again the rows whose actor died on them in an earlier run (skipped by default: "
+                        "the same row would likely take the next actor down too)")
     add_generation_flags(p)
     p.add_argument("--verbose", action="store_true", help="show Ray's own logs")
     return p.parse_args(argv)
@@ -50,6 +54,7 @@ def main(argv=None) -> int:
         address=args.address, actors=args.actors, threads_per_actor=args.threads_per_actor,
         batch_size=args.batch_size, provider=args.provider, gpus_per_actor=args.gpus_per_actor,
         audio_format=args.format, seed=args.seed, settings=settings, verbose=args.verbose,
+        retry_failed=args.retry_failed,
     )
     try:
         summary = run_corpus(options)
@@ -64,6 +69,9 @@ def main(argv=None) -> int:
     s = summary
     print(f"{s.rows} rows: {s.spoken} spoken, {s.failed} failed, {s.skipped} skipped (done before)"
           + (f", {s.warned} with warnings" if s.warned else ""))
+    if s.crashed_before:
+        print(f"{_count(s.crashed_before, 'row')} that took an actor down before not spoken again "
+              "(--retry-failed tries them)")
     if not s.actors:
         print("nothing to speak: no actor started")
     else:

@@ -386,13 +386,177 @@ def test_ledger_survives_a_half_written_line_and_owns_only_what_it_claimed(tmp_p
 
     again = Ledger(out)
     assert again.is_done("audio/a.wav", "f") and not again.is_done("audio/a.wav", "other request")
-    assert again.owns("audio/a.wav") and not again.owns("audio/b.wav")
-    (out / "audio" / ".a.wav.abcd1234.wav").write_bytes(b"partial")  # ours: beside a file the ledger names
-    (out / "audio" / ".b.wav.abcd1234.wav").write_bytes(b"not ours")
+    assert again.claims("audio/a.wav") and not again.claims("audio/b.wav")
+    (out / "audio" / ".a.wav.0123456789ab.wav").write_bytes(b"partial")  # ours: beside a file the ledger names
+    (out / "audio" / ".b.wav.0123456789ab.wav").write_bytes(b"not ours")
     assert again.remove_temporaries() == 1
-    assert sorted(p.name for p in (out / "audio").iterdir()) == [".b.wav.abcd1234.wav", "a.wav"]
+    assert sorted(p.name for p in (out / "audio").iterdir()) == [".b.wav.0123456789ab.wav", "a.wav"]
     (out / "audio" / "a.wav").write_bytes(b"abcd")  # changed since: no longer the file the ledger recorded
     assert not again.is_done("audio/a.wav", "f")
     again.close()
     lines = (out / ".results" / "ledger.jsonl").read_text().splitlines()
     assert [json.loads(line)["status"] for line in lines] == ["ok"]
+
+
+# Loaded by every Python process of a run whose PYTHONPATH holds its folder (the driver and Ray's workers):
+# an actor that comes to write a file whose name holds "crash" dies, as a segfault in the runtime would kill it.
+CRASH_HOOK = '''
+import importlib.abc, importlib.util, os, signal, sys
+
+class _CrashOnWrite(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "codes.corpus.worker":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            encode = module.encode_audio
+
+            def crashing(path, *args, **kwargs):
+                if "crash" in os.path.basename(str(path)):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return encode(path, *args, **kwargs)
+
+            module.encode_audio = crashing
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _CrashOnWrite())
+'''
+
+
+def test_a_crashing_row_is_failed_then_skipped_until_retry_failed_and_a_replaced_clip_is_spoken_again(build, tmp_path):
+    """One corpus, three runs (each Ray start costs seconds): a row that kills its actor, a row cloning a
+    reference clip that is then replaced under the same name, and a plain row."""
+    write_clip(tmp_path / "ref.wav", reference_clip(), SAMPLE_RATE)
+    rows = [{"id": "long-plain", "text": "A plain row, long enough to be spoken first in the batch."},
+            {"id": "cloned", "text": "A cloned row, spoken second.", "ref_audio": "ref.wav", "ref_text": REF_TEXT},
+            {"id": "crash", "text": "Dies."}]  # shortest: spoken last, after its batch-mates were published
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(CRASH_HOOK)
+    out = tmp_path / "out"
+    args = ["--model_dir", build, "--input", tmp_path / "rows.jsonl", "--output", out, "--actors", "1",
+            "--batch-size", "4", *FAST]
+
+    crashed = run_script("corpus.py", *args, env={"PYTHONPATH": str(tmp_path / "hook")})
+    assert crashed.returncode == 0, crashed.stderr
+    first = {r["id"]: r for r in results_of(out)}
+    assert first["long-plain"]["status"] == first["cloned"]["status"] == "ok"
+    assert first["crash"]["status"] == "error"
+    assert first["crash"]["error"].startswith("its actor died while speaking this row")
+    assert "--retry-failed" in first["crash"]["error"]
+    # The batch was retried on a new actor: the rows the dead one published were taken as they were.
+    assert first["crash"]["actor"] != first["cloned"]["actor"] == first["long-plain"]["actor"]
+    assert sorted(p.name for p in (out / "audio").iterdir()) == ["cloned.wav", "long-plain.wav"]
+    assert not list((out / ".results" / "speaking").iterdir()) and not list((out / ".results" / "written").iterdir())
+    cloned_before = (out / "audio" / "cloned.wav").read_bytes()
+
+    write_clip(tmp_path / "ref.wav", reference_clip(seed=1), SAMPLE_RATE)  # same name, other contents
+    rerun = corpus(*args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "1 spoken, 1 failed, 1 skipped" in rerun.stdout
+    assert "1 row that took an actor down before not spoken again (--retry-failed tries them)" in rerun.stdout
+    second = {r["id"]: r for r in results_of(out)}
+    assert second["crash"] == first["crash"]
+    assert second["cloned"]["fingerprint"] != first["cloned"]["fingerprint"]
+    assert (out / "audio" / "cloned.wav").read_bytes() != cloned_before
+    assert second["long-plain"] == first["long-plain"]
+
+    retried = corpus(*args, "--retry-failed")
+    assert retried.returncode == 0, retried.stderr
+    assert "1 spoken, 0 failed, 2 skipped" in retried.stdout
+    assert {r["id"]: r["status"] for r in results_of(out)} == {"long-plain": "ok", "cloned": "ok", "crash": "ok"}
+
+
+@pytest.fixture(scope="module")
+def synthesizer(build, tmp_path_factory):
+    """One actor's callable, in this process, over an OUT_DIR a Ledger set up: no process boundary is under test."""
+    from codes.corpus.ledger import Ledger, check_output_dir
+    from codes.corpus.worker import Synthesizer
+    from codes.runtime.settings import GenerationSettings
+
+    out = tmp_path_factory.mktemp("corpus-actor") / "out"
+    check_output_dir(out)
+    Ledger(out).close()
+    return Synthesizer(str(build), None, None, 1, GenerationSettings(num_steps=2, postprocess_output=False).to_dict(),
+                       str(out))
+
+
+def _work_item(row_id: str) -> dict:
+    request = {"text": f"Row {row_id}.", "language": None, "instruct": None, "voice": None, "ref_audio": None,
+               "ref_text": None, "duration": 0.5, "speed": None, "seed": 1}
+    return dict(id=row_id, row="line 1", audio_path=f"audio/{row_id}.wav", request=json.dumps(request),
+                fingerprint=f"stamp-{row_id}")
+
+
+def test_a_file_that_appears_while_its_row_is_spoken_is_kept_and_the_row_fails(synthesizer):
+    out = synthesizer.out_dir
+    (out / "audio" / "theirs.wav").write_bytes(b"someone else's, written after the run planned")
+    done = synthesizer.speak(_work_item("theirs"))
+    assert done["status"] == "error"
+    assert done["error"] == (f"{out / 'audio' / 'theirs.wav'} appeared while this run was speaking the row and was "
+                             "kept; move it away and run again to speak it")
+    assert (out / "audio" / "theirs.wav").read_bytes() == b"someone else's, written after the run planned"
+    assert sorted(p.name for p in (out / "audio").iterdir()) == ["theirs.wav"]  # no temporary left
+    assert not list((out / ".results" / "written").iterdir())
+
+
+def test_a_row_whose_marker_outlived_its_actor_is_failed_and_a_published_row_is_not_spoken_twice(synthesizer):
+    out = synthesizer.out_dir
+    (out / ".results" / "speaking" / "died-on.wav").write_text("host:123")  # what a crashed actor leaves
+    crashed = synthesizer.speak(_work_item("died-on"))
+    assert crashed["status"] == "error" and crashed["error"].startswith(
+        "its actor died while speaking this row (a crash in the runtime, or killed for memory), actor host:123")
+    assert not (out / "audio" / "died-on.wav").exists()
+
+    first = synthesizer.speak(_work_item("spoken"))
+    assert first["status"] == "ok" and first["audio_sha256"]
+    assert (out / ".results" / "written" / "spoken.wav.json").is_file()  # the ledger would take it in
+    assert synthesizer.speak(_work_item("spoken")) == first  # a retried batch: the same record, no second file
+
+
+def test_only_files_this_command_wrote_are_replaced(tmp_path):
+    from types import SimpleNamespace
+
+    from codes.common.fileio import sha256_file
+    from codes.corpus.ledger import CRASHED, Ledger, check_output_dir, record
+    from codes.corpus.run import _plan
+    from codes.runtime.settings import GenerationSettings
+
+    out = tmp_path / "out"
+    check_output_dir(out)
+    ledger = Ledger(out)
+    (out / "audio" / "ours.wav").write_bytes(b"audio an actor wrote")
+    written = record(id="ours", status="ok", audio_path="audio/ours.wav", fingerprint="old", audio_bytes=20,
+                     audio_sha256=sha256_file(out / "audio" / "ours.wav"))
+    ledger.append([written,
+                   record(id="failed", status="error", error="boom", audio_path="audio/failed.wav", fingerprint="f"),
+                   record(id="crashed", status="error", error=CRASHED, audio_path="audio/crashed.wav",
+                          fingerprint="f"),
+                   record(id="claimed", status="pending", audio_path="audio/claimed.wav", fingerprint="f")])
+    for name in ("failed", "crashed", "claimed"):  # a user's files, placed where rows once failed
+        (out / "audio" / f"{name}.wav").write_bytes(b"the user's")
+    assert ledger.wrote("audio/ours.wav")
+    assert not any(ledger.wrote(f"audio/{name}.wav") for name in ("failed", "crashed", "claimed"))
+
+    checked = [dict(id=name, row=f"line {i}", request=_work_item(name)["request"], frames=10, error=None,
+                    warning=None)
+               for i, name in enumerate(("ours", "failed", "crashed", "claimed"), 1)]
+    options = SimpleNamespace(audio_format="wav", settings=GenerationSettings(), retry_failed=True)
+    results, todo, _ = _plan(checked, ledger, options, "build")
+    assert [t["id"] for t in todo] == ["ours"]  # a new request for our file: it is removed, to be spoken again
+    assert not (out / "audio" / "ours.wav").exists()
+    for result in results[1:]:
+        assert result["status"] == "error" and "exists and corpus.py did not write it" in result["error"]
+    assert {p.name: p.read_bytes() for p in (out / "audio").iterdir()} == {
+        f"{name}.wav": b"the user's" for name in ("failed", "crashed", "claimed")}
+
+    (out / "audio" / "ours.wav").write_bytes(b"x" * written["audio_bytes"])  # ours replaced, same size
+    ledger.append([written])
+    assert not ledger.wrote("audio/ours.wav")
+    ledger.close()

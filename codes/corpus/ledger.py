@@ -1,15 +1,21 @@
 """What OUT_DIR holds and why: the ledger a rerun trusts, and the results table people read.
 
 OUT_DIR/
-  audio/<id>.<format>     written by the actors, atomically (a hidden temporary name, then a rename)
+  audio/<id>.<format>     written by the actors under a hidden name, then published exclusively
+                          (a hard link that fails if the name exists): a file that appears there
+                          meanwhile is kept, and the row's record says so
   results.parquet         one record per input row of the last run (results.jsonl: the same, for people)
-  .results/ledger.jsonl   one record per audio file this command has claimed or written; appended
-                          and fsynced after every batch, so a killed run keeps what it finished
+  .results/ledger.jsonl   one record per audio path this command has claimed, written or failed;
+                          appended and fsynced after every batch, so a killed run keeps what it finished
+  .results/written/       an actor's record of a file, written just before the file is published:
+                          a run killed before its batch reached the ledger still knows the file is its own
+  .results/speaking/      one marker per row an actor is speaking; a marker still there when the row
+                          comes round again means its actor died on it (a crash, not a Python error)
   .results/lock           held while a run uses OUT_DIR
 
-A file under audio/ is this command's only if the ledger names it: a row is claimed ("pending")
-before any actor may write its file, so a run killed between the rename and the ledger line
-leaves a file the next run knows it may replace. Anything else in OUT_DIR is never touched.
+A file under audio/ is this command's only if a record says this command wrote it and the file's
+sha256 is the one recorded: a claimed, failed or crashed row owns nothing, so a user's file placed
+at its name later is never replaced. Anything else in OUT_DIR is never touched.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from codes.common.errors import UserError
-from codes.common.fileio import atomic_path
+from codes.common.fileio import atomic_path, sha256_file
 
 RESULT_SCHEMA = pa.schema([
     ("id", pa.string()),
@@ -39,14 +45,19 @@ RESULT_SCHEMA = pa.schema([
     ("seed", pa.int64()),  # inference.py --seed with the row's inputs gives the same audio
     ("fingerprint", pa.string()),  # the row, settings, format and build the audio was made from
     ("audio_bytes", pa.int64()),  # a file of another size is not the one written
+    ("audio_sha256", pa.string()),  # the file as written: only a file with this hash is ours to replace
 ])
 COLUMNS = RESULT_SCHEMA.names
 WRITER_KEY, WRITER = b"writer", b"omnivoice-onnx corpus.py"
 STATE_DIR, LEDGER, LOCK = ".results", "ledger.jsonl", "lock"
+WRITTEN, SPEAKING = "written", "speaking"
 RESULTS_PARQUET, RESULTS_JSONL = "results.parquet", "results.jsonl"
 AUDIO_DIR = "audio"
-# atomic_path's temporary names: "." + final name + "." + mkstemp's 8 characters + suffix.
-TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[a-z0-9_]{8}\.(?:wav|flac)$")
+# atomic_path's temporary names: "." + final name + "." + 12 hex digits + suffix.
+TEMPORARY = re.compile(r"^\.(?P<name>.+)\.[0-9a-f]{12}\.(?:wav|flac|json)$")
+# A row whose actor died while speaking it: its record's error starts with this, and a rerun skips it
+# (the same row would take the next actor down too) unless --retry-failed is given.
+CRASHED = "its actor died while speaking this row (a crash in the runtime, or killed for memory)"
 
 
 def record(**values) -> dict:
@@ -89,6 +100,8 @@ class Ledger:
         try:
             self.audio_dir.mkdir(parents=True, exist_ok=True)
             self.state_dir.mkdir(exist_ok=True)
+            (self.state_dir / WRITTEN).mkdir(exist_ok=True)
+            (self.state_dir / SPEAKING).mkdir(exist_ok=True)
             self._lock = open(self.state_dir / LOCK, "a")
         except OSError as exc:
             raise UserError(f"cannot create {out_dir} ({exc.strerror}); choose another --output") from None
@@ -103,6 +116,11 @@ class Ledger:
             self._take(pq.read_table(out_dir / RESULTS_PARQUET).to_pylist())
         else:
             self._take(_read_jsonl(self.state_dir / LEDGER))
+        # A marker left by an earlier run says only that the run was stopped (Ctrl-C, a kill), not that its row
+        # crashed an actor: markers count within one run.
+        for marker in (self.state_dir / SPEAKING).iterdir():
+            marker.unlink(missing_ok=True)
+        self._settle_receipts()
         self.compact()  # drops a line a killed run left half-written, before anything is appended
         self._journal = open(self.state_dir / LEDGER, "a", encoding="utf-8")
 
@@ -111,11 +129,18 @@ class Ledger:
             if isinstance(item, dict) and isinstance(item.get("audio_path"), str):
                 self.entries[item["audio_path"]] = record(**{k: item.get(k) for k in COLUMNS})
 
-    def owns(self, audio_path: str) -> bool:
+    def claims(self, audio_path: str) -> bool:
+        """The ledger names the path (claimed, written or failed): hidden temporaries beside it are ours."""
         return audio_path in self.entries
 
+    def wrote(self, audio_path: str) -> bool:
+        """The file at the path is one this command wrote: recorded as written, and still the same bytes."""
+        entry = self.entries.get(audio_path)
+        return bool(entry) and entry["status"] == "ok" and is_file_written(self.out_dir / audio_path, entry)
+
     def is_done(self, audio_path: str, fingerprint: str) -> bool:
-        """The row's audio is complete and made from this very request: a rerun may skip it."""
+        """The row's audio is complete and made from this very request: a rerun may skip it.
+        The size is checked, not the hash: a rerun of a large corpus must not read every file."""
         entry = self.entries.get(audio_path)
         if not entry or entry["status"] != "ok" or entry["fingerprint"] != fingerprint:
             return False
@@ -123,6 +148,37 @@ class Ledger:
             return os.path.getsize(self.out_dir / audio_path) == entry["audio_bytes"]
         except OSError:
             return False
+
+    def crashed(self, audio_path: str, fingerprint: str) -> bool:
+        """This very request took its actor down last time: speaking it again would do the same."""
+        entry = self.entries.get(audio_path)
+        return bool(entry) and entry["status"] == "error" and entry["fingerprint"] == fingerprint \
+            and (entry["error"] or "").startswith(CRASHED)
+
+    def discard(self, audio_path: str) -> None:
+        """Delete a stale file of ours (its row is redone), so the new one can be published exclusively."""
+        final = self.out_dir / audio_path
+        if self.wrote(audio_path):
+            final.unlink(missing_ok=True)
+
+    def _settle_receipts(self) -> None:
+        """Take in the records actors wrote for files a killed run published but never got into the ledger.
+        A receipt whose file is not there yet stays (its actor may still be publishing, after a Ctrl-C)."""
+        for receipt in (self.state_dir / WRITTEN).glob("*.json"):
+            try:
+                item = json.loads(receipt.read_text(encoding="utf-8"))
+            except (OSError, ValueError):  # half-written: its file was never published
+                item = None
+            if isinstance(item, dict) and isinstance(item.get("audio_path"), str):
+                item = record(**{k: item.get(k) for k in COLUMNS})
+                final = self.out_dir / item["audio_path"]
+                if not (final.exists() or final.is_symlink()):
+                    continue
+                entry = self.entries.get(item["audio_path"])
+                held = entry and entry["status"] == "ok" and entry["audio_sha256"] == item["audio_sha256"]
+                if not held and is_file_written(final, item):
+                    self.entries[item["audio_path"]] = item
+            receipt.unlink(missing_ok=True)
 
     def append(self, records: list[dict]) -> None:
         """Records reach the disk before the next batch is taken: a kill loses at most the batches in flight."""
@@ -144,7 +200,7 @@ class Ledger:
         with os.scandir(self.audio_dir) as found:
             for item in found:
                 match = TEMPORARY.match(item.name)
-                if match and item.is_file(follow_symlinks=False) and self.owns(f"{AUDIO_DIR}/{match['name']}"):
+                if match and item.is_file(follow_symlinks=False) and self.claims(f"{AUDIO_DIR}/{match['name']}"):
                     try:
                         os.unlink(item.path)
                         removed += 1
@@ -161,8 +217,18 @@ class Ledger:
 
     def close(self) -> None:
         self._journal.close()
+        self._settle_receipts()
         self.compact()
         self._lock.close()  # releases the lock
+
+
+def is_file_written(path: Path, entry: dict) -> bool:
+    """The file is the one the record describes (never a link: the actors write none)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    if entry["audio_sha256"] is None:  # recorded before hashes were: the size is all there is
+        return os.path.getsize(path) == entry["audio_bytes"]
+    return os.path.getsize(path) == entry["audio_bytes"] and sha256_file(path) == entry["audio_sha256"]
 
 
 def _read_jsonl(path: Path) -> list:

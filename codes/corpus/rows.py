@@ -209,6 +209,7 @@ def _id_or_none(value) -> str | None:
 
 
 def fingerprint(request: dict, *context) -> str:
-    """What the audio depends on: the row, and the settings, format and build it was made with."""
+    """What the audio depends on: the row (with the sha256 of its voice files), and the settings, format and build
+    it was made with."""
     text = json.dumps([request, *context], sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]

@@ -23,6 +23,7 @@ from pathlib import Path
 from codes.common.errors import UserError
 from codes.common.ray_start import ray_cause, start_ray
 from codes.corpus import rows as row_checks
+from codes.common.fileio import sha256_file
 from codes.corpus.ledger import AUDIO_DIR, RESULTS_PARQUET, Ledger, check_output_dir, record
 from codes.runtime.manifest import MANIFEST_NAME, find_builds, read_manifest
 from codes.runtime.settings import GenerationSettings
@@ -49,6 +50,7 @@ class CorpusOptions:
     seed: int = 0
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     verbose: bool = False
+    retry_failed: bool = False  # speak again the rows that took their actor down last time
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Summary:
     spoken: int = 0
     failed: int = 0
     skipped: int = 0
+    crashed_before: int = 0  # rows that took an actor down in an earlier run, not spoken again
     warned: int = 0
     audio_seconds: float = 0.0  # spoken by this run
     corpus_audio_seconds: float = 0.0  # every ok row, this run's and earlier ones
@@ -250,7 +253,7 @@ def _actor_resources(options: CorpusOptions) -> tuple[int, int, float]:
 
 def _run(options, checked, ledger: Ledger, model_dir, higgs_dir, model_key, actors, threads, gpus) -> Summary:
     summary = Summary(rows=len(checked), results=ledger.out_dir / RESULTS_PARQUET)
-    results, todo = _plan(checked, ledger, options, model_key)
+    results, todo, summary.crashed_before = _plan(checked, ledger, options, model_key)
     summary.skipped = sum(result is not None and result["status"] == "ok" for result in results)
     if todo:
         ledger.append([record(id=t["id"], row=t["row"], status="pending", audio_path=t["audio_path"],
@@ -263,6 +266,7 @@ def _run(options, checked, ledger: Ledger, model_dir, higgs_dir, model_key, acto
                 summary.spoken += 1
                 summary.audio_seconds += done["audio_seconds"]
         summary.synthesis_wall_seconds = time.perf_counter() - start
+        ledger.remove_temporaries()  # an actor that died mid-write left its hidden file; every actor is done now
         for item in todo:
             entry = ledger.entries[item["audio_path"]]
             results[item["index"]] = dict(entry) if entry["status"] != "pending" else record(
@@ -287,15 +291,18 @@ def _file_key(row_id: str) -> str:
     return unicodedata.normalize("NFC", row_id).casefold()
 
 
-def _plan(checked: list[dict], ledger: Ledger, options, model_key: str) -> tuple[list, list[dict]]:
-    """(results known before any synthesis: errors and skipped rows, None for the rest; the rows to speak)."""
+def _plan(checked: list[dict], ledger: Ledger, options, model_key: str) -> tuple[list, list[dict], int]:
+    """(results known before any synthesis: errors and skipped rows, None for the rest; the rows to speak;
+    how many rows are skipped because they took their actor down last time)."""
     fmt, settings = options.audio_format, options.settings.to_dict()
     where: dict = {}
     for item in checked:
         if item["id"] is not None:
             where.setdefault(_file_key(item["id"]), []).append((item["row"], item["id"]))
+    contents: dict[str, str] = {}
     results: list[dict | None] = [None] * len(checked)
     todo = []
+    crashed = 0
     for index, item in enumerate(checked):
         row_id, error = item["id"], item["error"]
         if row_id is not None and len(where[_file_key(row_id)]) > 1:
@@ -309,18 +316,44 @@ def _plan(checked: list[dict], ledger: Ledger, options, model_key: str) -> tuple
             error = duplicate if error is None else f"{duplicate}; also: {error}"
         if error is None:
             audio_path = f"{AUDIO_DIR}/{row_id}.{fmt}"
-            stamp = row_checks.fingerprint(item["request"], settings, fmt, model_key)
+            voices = _voice_contents(json.loads(item["request"]), contents)
+            # A row without voice files keeps the fingerprint it had before the files' contents were in it.
+            stamp = row_checks.fingerprint(item["request"], *([voices] if any(voices) else []), settings, fmt,
+                                           model_key)
             final = ledger.out_dir / audio_path
             if ledger.is_done(audio_path, stamp):
                 results[index] = {**ledger.entries[audio_path], "row": item["row"]}
                 continue
-            if not ((final.exists() or final.is_symlink()) and not ledger.owns(audio_path)):
+            if ledger.crashed(audio_path, stamp) and not options.retry_failed:
+                results[index] = {**ledger.entries[audio_path], "row": item["row"]}
+                crashed += 1
+                continue
+            if not (final.exists() or final.is_symlink()) or ledger.wrote(audio_path):
+                ledger.discard(audio_path)  # our own, from another request: the new file is published exclusively
                 todo.append(dict(index=index, id=row_id, row=item["row"], audio_path=audio_path,
                                  request=item["request"], fingerprint=stamp, frames=item["frames"]))
                 continue
             error = f"{final} exists and corpus.py did not write it; move it away or choose another --output"
         results[index] = record(id=row_id, row=item["row"], status="error", error=error, warning=item["warning"])
-    return results, todo
+    return results, todo, crashed
+
+
+def _voice_contents(request: dict, contents: dict[str, str]) -> list:
+    """The sha256 of the row's voice file and reference clip: a file replaced under the same name is a new
+    request. A URI is named, not read (Ray's workers fetch it)."""
+    hashes = []
+    for key in ("voice", "ref_audio"):
+        path = request.get(key)
+        if path and "://" not in path:
+            if path not in contents:
+                try:
+                    contents[path] = sha256_file(path)
+                except OSError:  # gone since the read stage: the actor reports it
+                    contents[path] = "unreadable"
+            hashes.append(contents[path])
+        else:
+            hashes.append(None)
+    return hashes
 
 
 def _speak(todo, options, ledger: Ledger, model_dir, higgs_dir, actors, threads, gpus):

@@ -21,9 +21,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from codes.common.errors import UserError
-from codes.corpus.ledger import RESULT_SCHEMA, record
+from codes.common.fileio import atomic_path, sha256_file
+from codes.corpus.ledger import CRASHED, RESULT_SCHEMA, SPEAKING, STATE_DIR, WRITTEN, is_file_written, record
 from codes.runtime.decoding import RandomNoise
-from codes.runtime.outputs import write_audio
+from codes.runtime.outputs import encode_audio
 from codes.runtime.settings import GenerationSettings
 
 # What the driver hands an actor: one row a line.
@@ -48,6 +49,18 @@ class _Warnings(logging.Handler):
         self.messages.append(entry.getMessage())
 
 
+def _published(receipt: Path, final: Path, item: dict) -> dict | None:
+    """The record of this very request's file if an actor already published it (None otherwise)."""
+    try:
+        written = json.loads(receipt.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(written, dict) or written.get("fingerprint") != item["fingerprint"]:
+        return None
+    written = record(**{key: written.get(key) for key in RESULT_SCHEMA.names})
+    return {**written, "row": item["row"]} if is_file_written(final, written) else None
+
+
 class Synthesizer:
     def __init__(self, model_dir: str, higgs_dir: str | None, provider: str | None, threads: int,
                  settings: dict, out_dir: str):
@@ -69,24 +82,58 @@ class Synthesizer:
         request = json.loads(item["request"])
         done = dict(id=item["id"], row=item["row"], audio_path=item["audio_path"], actor=self.actor,
                     seed=request["seed"], fingerprint=item["fingerprint"])
+        final = self.out_dir / item["audio_path"]
+        receipt = self.out_dir / STATE_DIR / WRITTEN / f"{final.name}.json"
+        marker = self.out_dir / STATE_DIR / SPEAKING / final.name
+        # Ray retries a batch whose actor died: the rows that actor published are done, and the row it was
+        # speaking is the one that took it down.
+        earlier = _published(receipt, final, item)
+        if earlier is not None:
+            return earlier
+        try:
+            with open(marker, "x", encoding="utf-8") as f:
+                f.write(self.actor)
+        except FileExistsError:
+            dead = marker.read_text(encoding="utf-8", errors="replace").strip() or "unknown"
+            marker.unlink(missing_ok=True)  # the crash is in this record now
+            return record(**done, status="error", error=f"{CRASHED}, actor {dead}; later runs skip it, "
+                                                        "run again with --retry-failed to try it anyway")
         self.warnings.messages.clear()
         start = time.perf_counter()
         try:
             settled = self.tts.settle(request["text"], request["language"], request["instruct"], self.voice(request),
                                       request["duration"], request["speed"])
             audios, _ = self.tts.synthesize(settled, self.settings, RandomNoise(request["seed"]))
-            path = self.out_dir / item["audio_path"]
-            write_audio(path, audios[0], self.tts.sample_rate)
-            return record(**done, status="ok", warning=self._warned(),
-                          audio_seconds=len(audios[0]) / self.tts.sample_rate,
-                          synthesis_seconds=time.perf_counter() - start, audio_bytes=path.stat().st_size)
+            return self.publish(final, receipt, audios[0], done, start)
         except UserError as exc:
             message = str(exc)
         except Exception as exc:  # a row must never stop the run; its record says what happened
             first_line = next((line for line in str(exc).splitlines() if line.strip()), "")
             message = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+        finally:
+            marker.unlink(missing_ok=True)
         return record(**done, status="error", error=message, warning=self._warned(),
                       synthesis_seconds=time.perf_counter() - start)
+
+    def publish(self, final: Path, receipt: Path, audio, done: dict, start: float) -> dict:
+        """Write the audio under a hidden name, its record beside the ledger, then link it to its final name,
+        which fails if a file appeared there since the run planned: that file is kept, whoever made it."""
+        try:
+            with atomic_path(final, exclusive=True) as tmp:
+                encode_audio(tmp, audio, self.tts.sample_rate)
+                written = record(**done, status="ok", warning=self._warned(),
+                                 audio_seconds=len(audio) / self.tts.sample_rate,
+                                 synthesis_seconds=time.perf_counter() - start,
+                                 audio_bytes=tmp.stat().st_size, audio_sha256=sha256_file(tmp))
+                with atomic_path(receipt) as tmp_receipt:
+                    tmp_receipt.write_text(json.dumps(written, ensure_ascii=False), encoding="utf-8")
+        except FileExistsError:
+            receipt.unlink(missing_ok=True)
+            return record(**done, status="error", warning=self._warned(),
+                          synthesis_seconds=time.perf_counter() - start,
+                          error=f"{final} appeared while this run was speaking the row and was kept; "
+                                "move it away and run again to speak it")
+        return written
 
     def _warned(self) -> str | None:
         return "; ".join(dict.fromkeys(self.warnings.messages)) or None
