@@ -61,12 +61,15 @@ class Server:
             [sys.executable, str(ROOT / "serve.py"), "--model_dir", str(build), "--port", str(self.port),
              "--voices_dir", str(voices_dir), *extra],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True, env={**os.environ, **(env or {})})
+        self.early_lines: list[str] = []  # what it printed before its ready line
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"serve.py exited {self.proc.returncode}:\n{log_path.read_text()}")
             ready, _, _ = select.select([self.proc.stdout], [], [], 0.5)
             line = self.proc.stdout.readline() if ready else ""
+            if line.strip() and not line.startswith("ready: "):
+                self.early_lines.append(line.strip())
             if line.startswith("ready: "):
                 self.ready_line = line.strip()
                 return

@@ -7,6 +7,7 @@ file order and the last one stops it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -248,3 +249,224 @@ def test_ctrl_c_removes_the_deployment_and_every_ray_process_it_started(cluster)
     assert not left, [Path(f"/proc/{pid}/cmdline").read_text()[:80] for pid in left]
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{cluster.url}/health", timeout=5)
+
+
+# A shared cluster: a Ray head this module starts itself (`ray start --head`, its own temp dir and ports, two
+# CPUs), the test process joined to it as a driver that reads `serve status` and deploys another application,
+# and serve.py --ray --address runs on it one after another. The tests run in file order.
+
+AUTOSCALING = {"upscale_delay_s": 0.5, "downscale_delay_s": 3, "metrics_interval_s": 0.5, "look_back_period_s": 2}
+WAIT_S = 180  # the most any one event below is waited for (replicas load a model on two busy cores)
+# Ray 2.59+ turns token authentication on when ~/.ray/auth_token exists: the same mode everywhere, on any machine.
+NO_AUTH = {"RAY_AUTH_MODE": "disabled"}
+
+
+class Shared:
+    def __init__(self, build: Path, folder: Path, address: str):
+        self.build, self.folder, self.address = build, folder, address
+        self.servers: list[Server] = []
+        self.serve_port: int | None = None  # Serve's proxy, once the first serve.py started it
+
+    def serve_py(self, name: str, *extra: str, env: dict | None = None) -> Server:
+        """serve.py --ray --address on the head; once Serve runs, on its proxy's port (it keeps its own)."""
+        srv = Server(self.build, self.folder / "voices", self.folder / f"{name}.log", "--ray", "--address",
+                     self.address, "--threads", "1", *extra, env={**NO_AUTH, **(env or {})}, port=self.serve_port)
+        self.servers.append(srv)
+        self.serve_port = srv.port
+        return srv
+
+
+def _head_processes(temp: Path) -> dict[int, str]:
+    """pid -> start time of the head's processes: those naming our own temp dir, and everything under them
+    (the workers). Never another Ray on this machine."""
+    roots = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := _stat(int(entry))) is not None and fields[0] != "Z":
+            try:
+                named = str(temp) in Path(f"/proc/{entry}/cmdline").read_text(errors="replace")
+            except OSError:
+                continue
+            if named:
+                roots[int(entry)] = fields[19]
+    found = dict(roots)
+    for pid in roots:
+        found.update(_descendants(pid))
+    return found
+
+
+@pytest.fixture(scope="module")
+def shared(served_build, tmp_path_factory):
+    import logging
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    import ray
+    from serving import free_port
+
+    temp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths must fit in 107 bytes
+    port = free_port()
+    ports = ["--port", port, "--ray-client-server-port", free_port(), "--node-manager-port", free_port(),
+             "--object-manager-port", free_port(), "--dashboard-agent-listen-port", free_port(),
+             "--dashboard-agent-grpc-port", free_port(), "--runtime-env-agent-port", free_port(),
+             "--metrics-export-port", free_port()]
+    ray_cli = str(Path(sys.executable).with_name("ray"))
+    auth_before = os.environ.get("RAY_AUTH_MODE")
+    os.environ.update(NO_AUTH)  # for this process's own connection, and `ray start`
+    started = subprocess.run([ray_cli, "start", "--head", "--num-cpus", "2", "--node-ip-address", "127.0.0.1",
+                              "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", str(temp),
+                              *map(str, ports)], capture_output=True, text=True, timeout=180, start_new_session=True)
+    head = Shared(served_build, tmp_path_factory.mktemp("shared-cluster"), f"127.0.0.1:{port}")
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        ray.init(address=head.address, log_to_driver=False, logging_level=logging.ERROR)
+        yield head
+    finally:
+        for srv in head.servers:
+            if srv.proc.poll() is None:
+                srv.proc.send_signal(signal.SIGINT)
+                try:
+                    srv.proc.wait(timeout=60)
+                except Exception:
+                    pass
+            srv.stop()
+        ray.shutdown()
+        if auth_before is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = auth_before
+        for pid, start in _head_processes(temp).items():
+            if _alive(pid, start):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _serve_status():
+    from ray import serve
+
+    return serve.status().applications
+
+
+def _running_replicas() -> int:
+    app = _serve_status().get("omnivoice")
+    return app.deployments["OmniVoice"].replica_states.get("RUNNING", 0) if app else 0
+
+
+def _wait_for(what: str, check, timeout: float = WAIT_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"waited {timeout:g} s for {what}")
+
+
+def test_on_a_shared_cluster_a_burst_past_serves_queue_is_429_and_scales_up_and_idleness_scales_down(shared):
+    from codes.serve.cluster import AUTOSCALING_ENV
+
+    srv = shared.serve_py("autoscaled", "--min-replicas", "1", "--max-replicas", "2", "--max-batch", "1",
+                          "--max-concurrent", "1", "--max-queued-requests", "1",
+                          env={AUTOSCALING_ENV: json.dumps(AUTOSCALING)})
+    shared.autoscaled = srv
+    assert "1 to 2 replicas" in srv.ready_line and _running_replicas() == 1
+
+    def post(seed: int) -> httpx.Response:
+        return httpx.post(f"{srv.url}/v1/audio/speech", timeout=120,
+                          json={"model": "omnivoice", "input": LONG, "voice": "alloy", "response_format": "pcm",
+                                "num_steps": 16, "seed": seed})
+
+    with ThreadPoolExecutor(6) as pool:  # one replica: one in flight, one queued, the rest refused at once
+        answers = list(pool.map(post, range(6)))
+    refused = [a for a in answers if a.status_code == 429]
+    assert refused and all(a.status_code in (200, 429) for a in answers), [a.status_code for a in answers]
+    for answer in refused:  # Serve's own queue limit, in OpenAI's envelope, from Ray's proxy (no replica saw it)
+        error = answer.json()["error"]
+        assert error["code"] == "rate_limit_exceeded" and error["type"] == "rate_limit_error"
+        assert "Ray's queue" in error["message"] and answer.headers["retry-after"] == "1"
+        assert HEADER not in answer.headers
+    assert all(len(a.content) > 24000 for a in answers if a.status_code == 200)
+
+    # Load until Serve has brought up the second replica (a request at a time beyond one in flight).
+    busy = threading.Event()
+
+    def load():
+        while not busy.is_set():
+            post(0)
+
+    loaders = [threading.Thread(target=load) for _ in range(2)]
+    for loader in loaders:
+        loader.start()
+    try:
+        _wait_for("the second replica under load", lambda: _running_replicas() == 2)
+    finally:
+        busy.set()
+        for loader in loaders:
+            loader.join(timeout=150)
+    _wait_for("idleness to take the second replica down", lambda: _running_replicas() == 1)
+    speech = httpx.post(f"{srv.url}/v1/audio/speech", timeout=120,
+                        json={"model": "omnivoice", "input": "Still here.", "voice": "alloy", "response_format": "pcm",
+                              "num_steps": 4})
+    assert speech.status_code == 200
+
+
+@pytest.fixture(scope="module")
+def other_app(shared):
+    """Another team's application on the same Serve: a plain function on its own route."""
+    from ray import serve
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0})
+    def other(request):
+        return "the other application"
+
+    serve.run(other.bind(), name="other", route_prefix="/other", blocking=False)
+    _wait_for("the other application", lambda: (app := _serve_status().get("other")) and app.status == "RUNNING")
+    return "other"
+
+
+def test_ctrl_c_removes_only_its_own_app_and_keeps_serve_for_an_app_deployed_after_it(shared, other_app):
+    srv = shared.autoscaled  # it started Serve on the cluster; the other application came after
+    assert httpx.get(f"{srv.url}/other", timeout=30).text == "the other application"
+    srv.proc.send_signal(signal.SIGINT)
+    assert srv.proc.wait(timeout=120) == 0, "\n".join(srv.log_lines()[-20:])
+    apps = _serve_status()
+    assert "omnivoice" not in apps and apps["other"].status == "RUNNING"
+    assert httpx.get(f"{srv.url}/other", timeout=30).text == "the other application"
+
+
+def test_joining_serve_with_other_apps_goes_beside_them_and_a_killed_run_is_replaced_with_one_line(shared,
+                                                                                                  other_app):
+    taken = run_script("serve.py", "--model_dir", shared.build, "--ray", "--address", shared.address,
+                       "--route-prefix", "/other", "--voices_dir", shared.folder / "voices", env=NO_AUTH)
+    assert taken.returncode == 2 and "the route /other is taken by the application 'other'" in \
+        last_error_line(taken), taken.stderr
+
+    first = shared.serve_py("beside", "--route-prefix", "/omnivoice")
+    assert first.ready_line.startswith(f"ready: {first.url}/omnivoice ") and not first.early_lines
+    base = f"{first.url}/omnivoice/v1"
+    client = openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120)
+    spoken = client.audio.speech.create(model="omnivoice", input=TWO_SENTENCES, voice="alloy", response_format="pcm",
+                                        extra_body=FAST)
+    assert len(pcm_samples(spoken.content)) > 24000
+    assert httpx.get(f"{first.url}/other", timeout=30).text == "the other application"
+
+    second = run_script("serve.py", "--model_dir", shared.build, "--ray", "--address", shared.address,
+                        "--route-prefix", "/omnivoice", "--voices_dir", shared.folder / "voices", env=NO_AUTH)
+    assert second.returncode == 2 and "already serves 'omnivoice'" in last_error_line(second), second.stderr
+
+    first.proc.kill()  # SIGKILL: no chance to remove its application, which goes on serving with no owner
+    first.proc.wait(timeout=30)
+    assert _serve_status()["omnivoice"].status == "RUNNING"
+    again = shared.serve_py("again", "--route-prefix", "/omnivoice")
+    assert len(again.early_lines) == 1 and again.early_lines[0].startswith(
+        "replacing the 'omnivoice' application left on this Ray cluster by a serve.py --ray that ended without "
+        f"stopping it (pid {first.proc.pid} on "), again.early_lines
+    spoken = openai.OpenAI(base_url=base, api_key="unused", max_retries=0, timeout=120).audio.speech.create(
+        model="omnivoice", input=TWO_SENTENCES, voice="alloy", response_format="pcm", extra_body=FAST)
+    assert len(pcm_samples(spoken.content)) > 24000
+
+    again.proc.send_signal(signal.SIGINT)
+    assert again.proc.wait(timeout=120) == 0, "\n".join(again.log_lines()[-20:])
+    apps = _serve_status()  # Serve stays: it was not this command's, and the other application runs on it
+    assert "omnivoice" not in apps and apps["other"].status == "RUNNING"

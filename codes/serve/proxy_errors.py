@@ -2,9 +2,10 @@
 
 Ray's proxy answers for itself when no replica does: a replica that died with the request on it
 (nothing at all is sent: uvicorn would write a text 500), no replica to route to (503), its own
-timeout (408), its queue full (503). This middleware, loaded into the proxy through
-RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH (codes/serve/cluster.py sets it), turns those into the
-envelope. A replica that dies after its response started cannot change the status any more: an SSE
+timeout (408), its queue full (429: the deployment's max_queued_requests with a backpressure_config
+of 429). This middleware, loaded into the proxy through RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH
+(codes/serve/cluster.py sets it when it starts Serve), turns those into the envelope, for paths
+under our route only: other applications on the same proxy keep their own answers. A replica that dies after its response started cannot change the status any more: an SSE
 stream then ends with an `error` event (as the app's own failures do), any other stream is cut
 short (an aborted transfer the client sees as an error, never a clean end). Imports no more than
 starlette, which the proxy has.
@@ -13,8 +14,14 @@ starlette, which the proxy has.
 from __future__ import annotations
 
 import json
+import os
 
 IMPORT_PATH = "codes.serve.proxy_errors:middlewares"
+ROUTE_ENV = "OMNIVOICE_ROUTE_PREFIX"  # set in the proxy's environment: our application's route
+# The proxy's own statuses: (code, type) in the envelope.
+CODES = {408: ("timeout", "server_error"), 503: ("unavailable", "server_error"),
+         429: ("rate_limit_exceeded", "rate_limit_error")}
+BUSY = "every replica is busy and Ray's queue for them is full ({}); retry shortly"
 LOST = ("the replica serving this request stopped before it answered (its process ended); retry: "
         "Ray Serve routes new requests to the replicas that are up")
 LOST_STREAM = "the replica serving this request stopped while it streamed (its process ended); retry"
@@ -26,19 +33,27 @@ def middlewares() -> list:
     return [Middleware(ProxyErrors)]
 
 
-def _envelope(status: int, message: str, code: str) -> tuple[dict, dict]:
-    body = json.dumps({"error": {"message": message, "type": "server_error", "param": None, "code": code}}).encode()
+def _envelope(status: int, message: str, code: str, kind: str = "server_error",
+              extra_headers: list | None = None) -> tuple[dict, dict]:
+    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
     start = {"type": "http.response.start", "status": status,
-             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                         *(extra_headers or [])]}
     return start, {"type": "http.response.body", "body": body, "more_body": False}
+
+
+def _ours(path: str, route: str) -> bool:
+    route = route.rstrip("/")
+    return not route or path == route or path.startswith(route + "/")
 
 
 class ProxyErrors:
     def __init__(self, app):
         self.app = app
+        self.route = os.environ.get(ROUTE_ENV, "/")
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] != "http" or not _ours(scope.get("path", "/"), self.route):
             return await self.app(scope, receive, send)
         started = ended = sse = False
         held: dict | None = None  # a text/plain start of the proxy's own: its body becomes the message
@@ -50,16 +65,21 @@ class ProxyErrors:
                 headers = {key.lower(): value for key, value in message.get("headers", [])}
                 content_type = headers.get(b"content-type", b"")
                 if message["status"] >= 400 and content_type.startswith(b"text/plain"):
-                    held = {"status": message["status"], "body": b""}  # ours never are text/plain
+                    # ours never are text/plain
+                    held = {"status": message["status"], "body": b"",
+                            "headers": [(key, value) for key, value in message.get("headers", [])
+                                        if key.lower() == b"retry-after"]}
                     return
                 started, sse = True, content_type.startswith(b"text/event-stream")
             elif kind == "http.response.body" and held is not None:
                 held["body"] += message.get("body", b"")
                 if not message.get("more_body"):
                     text = held["body"].decode("utf-8", "replace").strip() or "the service is unavailable"
-                    code = {408: "timeout", 503: "unavailable"}.get(held["status"], "proxy_error")
+                    code, error_type = CODES.get(held["status"], ("proxy_error", "server_error"))
+                    if held["status"] == 429:
+                        text = BUSY.format(text.rstrip("."))
                     started = ended = True
-                    for part in _envelope(held["status"], text, code):
+                    for part in _envelope(held["status"], text, code, error_type, held["headers"]):
                         await send(part)
                 return
             elif kind == "http.response.body" and not message.get("more_body"):
