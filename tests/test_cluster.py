@@ -470,3 +470,26 @@ def test_joining_serve_with_other_apps_goes_beside_them_and_a_killed_run_is_repl
     assert again.proc.wait(timeout=120) == 0, "\n".join(again.log_lines()[-20:])
     apps = _serve_status()  # Serve stays: it was not this command's, and the other application runs on it
     assert "omnivoice" not in apps and apps["other"].status == "RUNNING"
+
+
+def test_a_run_that_started_serve_shuts_it_down_when_no_other_app_is_left(shared, other_app):
+    import ray
+    from ray import serve
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    serve.delete(other_app)
+    serve.shutdown()  # a cluster without Serve: the next serve.py starts it
+    shared.serve_port = None
+    srv = shared.serve_py("alone")
+    assert ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    srv.proc.send_signal(signal.SIGINT)
+    assert srv.proc.wait(timeout=120) == 0, "\n".join(srv.log_lines()[-20:])
+
+    def serve_gone() -> bool:
+        try:
+            ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        except ValueError:
+            return True
+        return False
+
+    _wait_for("Serve's controller to stop", serve_gone, timeout=60)
