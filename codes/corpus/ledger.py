@@ -155,11 +155,13 @@ class Ledger:
         return bool(entry) and entry["status"] == "error" and entry["fingerprint"] == fingerprint \
             and (entry["error"] or "").startswith(CRASHED)
 
-    def discard(self, audio_path: str) -> None:
-        """Delete a stale file of ours (its row is redone), so the new one can be published exclusively."""
-        final = self.out_dir / audio_path
-        if self.wrote(audio_path):
-            final.unlink(missing_ok=True)
+    def discard(self, audio_path: str) -> bool:
+        """Delete the file at the path if this command wrote it (its row is redone, and the new file is published
+        exclusively); False, and nothing touched, if it is someone else's."""
+        if not self.wrote(audio_path):
+            return False
+        (self.out_dir / audio_path).unlink(missing_ok=True)
+        return True
 
     def _settle_receipts(self) -> None:
         """Take in the records actors wrote for files a killed run published but never got into the ledger.

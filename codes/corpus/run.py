@@ -328,8 +328,7 @@ def _plan(checked: list[dict], ledger: Ledger, options, model_key: str) -> tuple
                 results[index] = {**ledger.entries[audio_path], "row": item["row"]}
                 crashed += 1
                 continue
-            if not (final.exists() or final.is_symlink()) or ledger.wrote(audio_path):
-                ledger.discard(audio_path)  # our own, from another request: the new file is published exclusively
+            if not (final.exists() or final.is_symlink()) or ledger.discard(audio_path):
                 todo.append(dict(index=index, id=row_id, row=item["row"], audio_path=audio_path,
                                  request=item["request"], fingerprint=stamp, frames=item["frames"]))
                 continue
