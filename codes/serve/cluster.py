@@ -305,9 +305,13 @@ def _owner_record(value: dict | None = None, delete: bool = False) -> dict | Non
 
 def _job_alive(job_id: str | None) -> bool:
     """Whether a Ray job (a driver such as serve.py) still runs: Ray marks it dead when its process ends, however."""
-    from ray._private.state import jobs
+    try:
+        from ray._private.state import jobs  # Ray's own job table; no public API reads it without the dashboard
 
-    return any(job.get("JobID") == job_id and not job.get("IsDead") for job in jobs())
+        found = jobs()
+    except Exception:  # a Ray whose private API moved: refusing a live owner's application beats replacing it
+        return True
+    return any(job.get("JobID") == job_id and not job.get("IsDead") for job in found)
 
 
 def _deploy(serve, options: ServiceOptions, plan: Scaling) -> None:
