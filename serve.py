@@ -87,7 +87,7 @@ def main(argv=None) -> int:
 
     from codes.serve.app import create_app
     from codes.serve.draining import DrainingServer
-    from codes.serve.startup import doors, load_synthesizer, pins_summary, service_options, service_state
+    from codes.serve.startup import doors, load_model, pins_summary, service_options, service_state
 
     options = service_options(args)
     state = service_state(options)
@@ -101,12 +101,12 @@ def main(argv=None) -> int:
     def load():
         start = time.perf_counter()
         try:
-            synth = load_synthesizer(options, state.voices)
+            model = load_model(options, state.voices)
         except BaseException as exc:  # reported by the main thread, which stops the server
             failure.append(exc)
             server.should_exit = True
             return
-        state.synth = synth
+        state.model = model
         while not server.started and not server.should_exit:
             time.sleep(0.05)
         wyoming = f", wyoming: {args.wyoming_uri}" if args.wyoming_uri else ""
@@ -115,8 +115,8 @@ def main(argv=None) -> int:
 
     threading.Thread(target=load, name="omnivoice-load", daemon=True).start()
     server.run()
-    if state.synth is not None:
-        state.synth.stop()
+    if state.model is not None:
+        state.model.stop()
     if failure:
         raise failure[0]
     return 0 if server.started else 1
@@ -137,17 +137,17 @@ def _mcp_stdio(options, state) -> int:
     import anyio
 
     from codes.serve.mcp import run_stdio
-    from codes.serve.startup import load_synthesizer, pins_summary
+    from codes.serve.startup import load_model, pins_summary
 
     start = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):
-        state.synth = load_synthesizer(options, state.voices)
+        state.model = load_model(options, state.voices)
     print(f"ready: mcp on stdio ({options.model_dir.name}, loaded in {time.perf_counter() - start:.1f} s; "
           f"{pins_summary(state)})", file=sys.stderr, flush=True)
     try:
         anyio.run(run_stdio, state, options.mcp_output_dir)
     finally:
-        state.synth.stop()
+        state.model.stop()
     return 0
 
 

@@ -144,6 +144,20 @@ def test_steps_choose_urgent_items_first_then_by_due_time(tts):
     assert due_late not in engine._choose()
 
 
+def test_a_later_chunk_past_its_due_time_is_as_pressing_as_a_first_chunk(tts):
+    """A flood of new requests cannot stall a running stream: a later chunk whose due time has passed
+    goes before first chunks that came after that time, and one not yet due still waits behind them."""
+    engine = StepEngine(tts, max_batch=8, cost=StepCost(fixed=0.0, per_token=1.0, learn=False))
+    request = tts.settle(*TEXTS[2])[0]
+    now = time.perf_counter()
+    not_due = engine.submit(request, SETTINGS, RandomNoise(0), due=now + 60)
+    first_chunks = [engine.submit(request, SETTINGS, RandomNoise(0), urgent=True) for _ in range(3)]
+    overdue = engine.submit(request, SETTINGS, RandomNoise(0), due=now - 1)
+    assert engine._choose() == [overdue]  # beside a pressing item only what is nearly free joins: nothing here
+    engine._items.remove(overdue)
+    assert engine._choose() == [first_chunks[0]] and not_due in engine._items
+
+
 def test_the_cost_model_fits_fixed_and_per_token_seconds_and_warm_up_feeds_it(tts):
     cost = StepCost()
     cost.observe(100, 0.25)

@@ -8,14 +8,16 @@ an item's codes do not depend on what else shares its steps, and equal `generate
 same request, settings and noise. (On fp32, fp16 and int4 builds exactly; a dynamic int8 graph
 quantizes activations with one scale over the whole batch, so there its neighbours move it slightly.)
 
-Latency first (docs/DESIGN.md §scheduling): each step takes the items in order of need, urgent
-ones (a request's first chunk, a voice someone waits on) before the rest, then by when each is
-due. An item not chosen for a step just waits: its state is its tokens and step counter, so
-pausing costs nothing. Beside an urgent item another joins only where batching is nearly free:
-where the tokens it adds cost less than a step's fixed cost, by a cost model fitted to the
-steps this engine ran (StepCost). On a CPU, where a step's cost is its tokens, urgent items run
-one after another; on a device with room to spare they share steps. Items that are not urgent
-fill the batch up to max_batch, for throughput.
+Latency first (docs/DESIGN.md §scheduling): each step takes the items in order of need, pressing
+ones (a request's first chunk, a voice someone waits on, a later chunk past its due time, whose
+listener hears silence) before the rest, each side by when it was needed. So a client that floods
+the server with new requests delays another's next chunk by at most the first chunks that were
+waiting when that chunk fell due (bench/fairness.py). An item not chosen for a step just waits: its
+state is its tokens and step counter, so pausing costs nothing. Beside a pressing item another
+joins only where batching is nearly free: where the tokens it adds cost less than a step's fixed
+cost, by a cost model fitted to the steps this engine ran (StepCost). On a CPU, where a step's
+cost is its tokens, pressing items run one after another; on a device with room to spare they
+share steps. Items that are not pressing fill the batch up to max_batch, for throughput.
 """
 
 from __future__ import annotations
@@ -72,8 +74,14 @@ class WorkItem:
     def tokens(self) -> np.ndarray:
         return self.prompt[:, -self.target_len:]
 
-    def priority(self) -> tuple:
-        return (not self.urgent, self.queued_at if self.due is None else self.due, self.order)
+    def pressing(self, now: float) -> bool:
+        """Someone waits on it now: a first chunk, or a later one past its due time (its listener
+        hears silence until it is done), so a flood of new requests cannot stall running streams."""
+        return self.urgent or (self.due is not None and self.due <= now)
+
+    def priority(self, now: float) -> tuple:
+        """Pressing items first, each side by when it was needed (its due time, or when it came)."""
+        return (not self.pressing(now), self.queued_at if self.due is None else self.due, self.order)
 
 
 def max_item_frames(settings: GenerationSettings) -> int:
@@ -253,10 +261,11 @@ class StepEngine:
             self._items.remove(item)
             _abandon(item)
         chosen: list[WorkItem] = []
-        for item in sorted(self._items, key=WorkItem.priority):
+        now = time.perf_counter()
+        for item in sorted(self._items, key=lambda item: item.priority(now)):
             if len(chosen) >= self.max_batch:
                 break
-            if chosen and any(c.urgent for c in chosen):
+            if chosen and any(c.pressing(now) for c in chosen):
                 if not self.cost.nearly_free(step_tokens([*chosen, item]) - step_tokens(chosen)):
                     continue
             if item.started_at is None:
