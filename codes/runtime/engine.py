@@ -9,10 +9,10 @@ same request, settings and noise. (On fp32, fp16 and int4 builds exactly; a dyna
 quantizes activations with one scale over the whole batch, so there its neighbours move it slightly.)
 
 Latency first (docs/DESIGN.md §scheduling): each step takes the items in order of need, pressing
-ones (a request's first chunk, a voice someone waits on, a later chunk past its due time, whose
-listener hears silence) before the rest, each side by when it was needed. So a client that floods
-the server with new requests delays another's next chunk by at most the first chunks that were
-waiting when that chunk fell due (bench/fairness.py). An item not chosen for a step just waits: its
+ones (a request's first chunk, a voice someone waits on, a later chunk that must start now to be
+done by its due time, else its listener hears silence) before the rest, each side by when it must
+start. So a client that floods the server with new requests delays another's next chunk by at most
+the first chunks that were waiting when that chunk had to start (bench/fairness.py). An item not chosen for a step just waits: its
 state is its tokens and step counter, so pausing costs nothing. Beside a pressing item another
 joins only where batching is nearly free: where the tokens it adds cost less than a step's fixed
 cost, by a cost model fitted to the steps this engine ran (StepCost). On a CPU, where a step's
@@ -61,6 +61,7 @@ class WorkItem:
     schedule: list[int]
     urgent: bool = False  # someone waits on it for first audio
     due: float | None = None  # perf_counter time its codes are needed by (None: now)
+    start_by: float | None = None  # when it must start to be done by `due`, by the engine's cost model
     future: Future = field(default_factory=Future)
     step_index: int = 0
     max_shared: int = 0  # the most items it shared a decoding step with, itself included
@@ -75,13 +76,14 @@ class WorkItem:
         return self.prompt[:, -self.target_len:]
 
     def pressing(self, now: float) -> bool:
-        """Someone waits on it now: a first chunk, or a later one past its due time (its listener
-        hears silence until it is done), so a flood of new requests cannot stall running streams."""
-        return self.urgent or (self.due is not None and self.due <= now)
+        """Someone waits on it now: a first chunk, or a later one that must start now to be done by
+        its due time (else its listener hears silence), so a flood of new requests cannot stall
+        running streams."""
+        return self.urgent or (self.start_by is not None and self.start_by <= now)
 
     def priority(self, now: float) -> tuple:
-        """Pressing items first, each side by when it was needed (its due time, or when it came)."""
-        return (not self.pressing(now), self.queued_at if self.due is None else self.due, self.order)
+        """Pressing items first, each side by when it must start (when it came, for a first chunk)."""
+        return (not self.pressing(now), self.queued_at if self.start_by is None else self.start_by, self.order)
 
 
 def max_item_frames(settings: GenerationSettings) -> int:
@@ -117,6 +119,10 @@ class StepCost:
             slope, intercept = np.polyfit(np.array(sizes, float), np.array([s for _, s in self.samples]), 1)
             self.per_token, self.fixed = max(float(slope), 0.0), max(float(intercept), 0.0)
 
+    def seconds(self, tokens: int) -> float:
+        """A step's expected seconds at `tokens` (unknown: 0)."""
+        return 0.0 if self.per_token is None else self.fixed + self.per_token * tokens
+
     def nearly_free(self, extra_tokens: int) -> bool:
         """Whether adding extra_tokens to a step costs less than a step's fixed cost (unknown: yes)."""
         if self.per_token is None:
@@ -150,6 +156,8 @@ class StepEngine:
             raise UserError("a work item is one chunk: split long text into sentences before submitting it")
         item = self.make_item(request, settings, noise)
         item.urgent, item.due = urgent, due
+        if due is not None:  # made alone, it takes its steps at its own size
+            item.start_by = due - settings.num_steps * self.cost.seconds(step_tokens([item]))
         with self._wake:
             if self.dead:
                 raise EngineDown("the decoding engine has stopped")
