@@ -107,6 +107,15 @@ def downloaded_audio(page) -> tuple[np.ndarray, int]:
     return soundfile.read(io.BytesIO(Path(download.value.path()).read_bytes()), dtype="float32")
 
 
+def upload(name: str, srv: Server) -> None:
+    """A saved voice made through the API, as another client would make it."""
+    buffer = io.BytesIO()
+    soundfile.write(buffer, reference_clip(seed=1), 24000, format="WAV")
+    response = httpx.post(f"{srv.url}/v1/audio/voices", headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
+                          data={"name": name, "text": REF_TEXT}, files={"file": ("clip.wav", buffer.getvalue())})
+    assert response.status_code == 200, response.text
+
+
 def saved_ids(srv: Server) -> set[str]:
     response = httpx.get(f"{srv.url}/v1/audio/voices", headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
     response.raise_for_status()
@@ -189,6 +198,27 @@ def test_a_wrong_key_shows_an_alert_and_the_right_key_speaks(visit):
     assert alert.text_content() == ""
 
 
+def test_api_errors_are_shown_as_their_messages(visit, server):
+    upload("gone-soon", server)
+    page = visit().page
+    alert = page.get_by_role("alert")
+    page.get_by_role("textbox", name="Text", exact=True).fill("word " * 1000)  # 5000 characters, past 4096
+    page.get_by_role("button", name="Speak", exact=True).click()
+    expect(alert).to_have_text(re.compile(r"^400: input is 5000 characters .*the limit is 4096$"))
+    expect(page.get_by_role("progressbar")).to_be_hidden()
+
+    expect(voice_select(page).get_by_role("option", name="gone-soon", exact=True)).to_have_count(1)
+    voice_select(page).select_option("gone-soon")
+    delete = httpx.delete(f"{server.url}/v1/audio/voices/gone-soon", headers={"Authorization": f"Bearer {KEY}"})
+    assert delete.status_code == 200  # behind the page's back
+    page.get_by_role("textbox", name="Text", exact=True).fill("Hello.")
+    page.get_by_role("button", name="Speak", exact=True).click()
+    expect(alert).to_contain_text("404: unknown voice 'gone-soon'")
+
+    page.get_by_role("button", name="Save voice", exact=True).click()  # the page's own check, before any call
+    expect(alert).to_have_text("choose a reference clip or record one first")
+
+
 def test_the_design_selects_send_matching_instructions(visit):
     page = visit().page
     instructions = page.get_by_role("textbox", name="Instructions", exact=True)
@@ -243,11 +273,7 @@ def test_cloning_from_the_microphone_saves_a_voice(visit, server):
 
 
 def test_deleting_a_voice_asks_first_then_removes_it_from_the_page_and_the_server(visit, server):
-    buffer = io.BytesIO()
-    soundfile.write(buffer, reference_clip(seed=1), 24000, format="WAV")
-    response = httpx.post(f"{server.url}/v1/audio/voices", headers={"Authorization": f"Bearer {KEY}"}, timeout=60,
-                          data={"name": "to-delete", "text": REF_TEXT}, files={"file": ("clip.wav", buffer.getvalue())})
-    assert response.status_code == 200, response.text
+    upload("to-delete", server)
     page = visit().page
     option = voice_select(page).get_by_role("option", name="to-delete", exact=True)
     expect(option).to_have_count(1)

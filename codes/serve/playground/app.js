@@ -178,6 +178,9 @@ $("speak-form").addEventListener("submit", (event) => {
 // --- cloning ----------------------------------------------------------------------------------
 
 $("record").addEventListener("click", () => guarded(async () => {
+  if (!navigator.mediaDevices) {
+    throw new Error("the microphone works only on a secure page: open this one at localhost or 127.0.0.1, or behind HTTPS");
+  }
   const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
   const recorder = new MediaRecorder(stream);
   const chunks = [];
