@@ -13,7 +13,7 @@ export class StreamPlayer {
     this.url = null;
   }
 
-  // Called from the click that starts speaking: a browser lets a page start audio only then.
+  // Called from the click that starts speaking: a browser lets a page start audio only after one.
   start() {
     this.stop();
     this.context = new AudioContext();
@@ -24,13 +24,16 @@ export class StreamPlayer {
     this.ended = false;
     this.whenPlayed = new Promise((resolve) => { this.played = resolve; });
     this.audio.removeAttribute("src");
-    this.audio.srcObject = this.output.stream;
-    this.audio.play().catch(() => {}); // an autoplay refusal leaves the finished file to play by hand
+    this.audio.load();
   }
 
   push(bytes) {
     const samples = new Int16Array(bytes.buffer, bytes.byteOffset, bytes.byteLength >> 1);
     if (!samples.length) return;
+    if (!this.pieces.length) { // the player's clock starts with the first audio, not with the request
+      this.audio.srcObject = this.output.stream;
+      this.audio.play().catch(() => {}); // an autoplay refusal leaves the finished file to play by hand
+    }
     this.pieces.push(samples);
     const buffer = this.context.createBuffer(1, samples.length, SAMPLE_RATE);
     const channel = buffer.getChannelData(0);
