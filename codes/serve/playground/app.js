@@ -7,7 +7,7 @@ import { StreamPlayer } from "./player.js";
 const $ = (id) => document.getElementById(id);
 const player = new StreamPlayer($("player"));
 let model = "omnivoice";
-let recording = null; // {recorder, chunks, startedAt, timer} while the microphone records
+let recording = null; // {recorder, startedAt, timer} while the microphone records
 let recorded = null; // the last recording: {blob, filename}
 
 // --- errors and the key -----------------------------------------------------------------------
@@ -25,7 +25,8 @@ function clearError() {
   $("error").textContent = "";
 }
 
-// Runs an action, showing what fails; the buttons in `busy` are disabled meanwhile.
+// Runs an action, showing what fails; the buttons in `busy` are disabled meanwhile (Delete voice then
+// follows the voice picked, which the action may have changed).
 async function guarded(action, ...busy) {
   clearError();
   busy.forEach((button) => { button.disabled = true; });
@@ -35,6 +36,7 @@ async function guarded(action, ...busy) {
     showError(error);
   } finally {
     busy.forEach((button) => { button.disabled = false; });
+    updateDelete();
   }
 }
 
@@ -62,7 +64,7 @@ async function loadVoices(selected) {
     return item;
   }));
   if (!$("saved-voices").children.length) $("saved-voices").append(Object.assign(document.createElement("li"), {
-    textContent: "none yet: clone one below",
+    textContent: "none yet: clone one above",
   }));
   updateDelete();
   $("key-form").hidden = !storedKey();
@@ -110,7 +112,7 @@ document.querySelectorAll("[data-design]").forEach((control) => control.addEvent
 // --- speaking ---------------------------------------------------------------------------------
 
 // Sentences as the page counts them for the progress bar: the server cuts at the same marks, but may
-// split the first sentence into clauses and join short later ones, so this is a count to show, not its.
+// split the first sentence into clauses and join short later ones, so the bar is a guide, not its count.
 function sentenceCount(text) {
   const sentences = text.split(/(?<=[.!?…])\s+|(?<=[。！？])/u).filter((part) => part.trim());
   return Math.max(sentences.length, 1);
@@ -149,12 +151,12 @@ $("speak-form").addEventListener("submit", (event) => {
   $("download").hidden = true;
   player.start(); // in the click itself: the browser lets audio start only from a user's action
   guarded(async () => {
-    if (!$("voice").value) await loadVoices();
-    const request = speechRequest();
-    const total = sentenceCount(request.input);
-    let pieces = 0;
-    showProgress(0, total, `0 of ${total} sentences`);
     try {
+      if (!$("voice").value) await loadVoices();
+      const request = speechRequest();
+      const total = sentenceCount(request.input);
+      let pieces = 0;
+      showProgress(0, total, `0 of ${total} sentences`);
       await speakStream(request, (bytes) => {
         player.push(bytes);
         pieces += 1;
