@@ -107,6 +107,19 @@ def downloaded_audio(page) -> tuple[np.ndarray, int]:
     return soundfile.read(io.BytesIO(Path(download.value.path()).read_bytes()), dtype="float32")
 
 
+def downloaded_container(page) -> str:
+    """The container of the Download link's file, as FFmpeg reads it, with at least half a second of audio."""
+    import av
+
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download", exact=True).click()
+    with av.open(download.value.path()) as container:
+        stream = container.streams.audio[0]
+        seconds = sum(frame.samples for frame in container.decode(stream)) / stream.rate
+        assert seconds > 0.5, seconds
+        return container.format.name
+
+
 def upload(name: str, srv: Server) -> None:
     """A saved voice made through the API, as another client would make it."""
     buffer = io.BytesIO()
@@ -142,7 +155,8 @@ def test_the_page_loads_without_the_key_and_asks_nothing_of_another_origin(visit
     expect(page.get_by_role("alert")).to_have_text("")
     assert opened.errors == []
     origin = urlsplit(server.url)
-    elsewhere = [r.url for r in opened.requests if urlsplit(r.url)[:2] != origin[:2] and not r.url.startswith(("data:", "blob:"))]
+    elsewhere = [request.url for request in opened.requests
+                 if urlsplit(request.url)[:2] != origin[:2] and not request.url.startswith(("data:", "blob:"))]
     assert elsewhere == []
 
 
@@ -173,11 +187,14 @@ def test_a_wrong_key_shows_an_alert_and_the_right_key_speaks(visit):
     expect(alert).to_contain_text("401")  # the voice list, asked for as the page loads
     key = page.get_by_role("textbox", name="API key", exact=True)
     key.fill("not-the-key")
-    key.press("Enter")
-    expect(alert).to_contain_text("wrong API key")
+    with page.expect_response(lambda response: response.url.endswith("/v1/audio/voices")) as refused:
+        key.press("Enter")
+    assert refused.value.status == 401 and refused.value.request.headers["authorization"] == "Bearer not-the-key"
+    expect(alert).to_have_text("401: missing or wrong API key: send 'Authorization: Bearer <key>'")
     key.fill(KEY)
     key.press("Enter")
     expect(alert).to_have_text("")
+    assert page.evaluate("localStorage.getItem('omnivoice-api-key')") == KEY
 
     page.get_by_role("textbox", name="Text", exact=True).fill(TWO_SENTENCES)
     voice_select(page).select_option("alloy")
@@ -194,8 +211,32 @@ def test_a_wrong_key_shows_an_alert_and_the_right_key_speaks(visit):
     expect(page.get_by_role("progressbar")).to_be_hidden()
     samples, rate = downloaded_audio(page)
     assert rate == 24000 and len(samples) > rate // 2 and np.abs(samples).max() > 0
-    assert page.get_by_label("Speech").evaluate("audio => audio.duration") == pytest.approx(len(samples) / rate, abs=0.01)
+    duration = page.get_by_label("Speech").evaluate("audio => audio.duration")  # the player holds the whole result
+    assert duration == pytest.approx(len(samples) / rate, abs=0.01)
     assert alert.text_content() == ""
+
+
+def test_the_format_picked_is_what_plays_and_downloads(visit):
+    """MP3 streams into the player (a MediaSource) as it comes; FLAC, whose bytes come at the end, plays
+    once complete. Each download is the server's own file in that format."""
+    page = visit().page
+    page.get_by_role("combobox", name="Format", exact=True).select_option("mp3")
+    page.get_by_role("textbox", name="Text", exact=True).fill(TWO_SENTENCES)
+    page.get_by_role("spinbutton", name="Steps", exact=True).fill(STEPS)
+    with page.expect_request(lambda request: request.url.endswith("/v1/audio/speech")) as sent:
+        page.get_by_role("button", name="Speak", exact=True).click()
+    assert sent.value.post_data_json["response_format"] == "mp3"
+    player = page.get_by_label("Speech").element_handle()
+    page.wait_for_function("audio => audio.currentTime > 0.5", arg=player, polling=50)
+    expect(page.get_by_role("link", name="Download", exact=True)).to_have_attribute("download", "speech.mp3")
+    assert downloaded_container(page) == "mp3"
+
+    page.get_by_role("combobox", name="Format", exact=True).select_option("flac")
+    assert speak(page, "Just a short one.")["response_format"] == "flac"
+    expect(page.get_by_role("link", name="Download", exact=True)).to_have_attribute("download", "speech.flac")
+    samples, rate = downloaded_audio(page)
+    assert rate == 24000 and len(samples) > 0
+    expect(page.get_by_role("alert")).to_have_text("")
 
 
 def test_api_errors_are_shown_as_their_messages(visit, server):

@@ -2,10 +2,12 @@
 // in the alert. Every call goes through api.js; nothing here knows more of the server than a client does.
 
 import { ApiError, deleteVoice, listModels, listVoices, saveVoice, speakStream, storeKey, storedKey } from "./api.js";
-import { StreamPlayer } from "./player.js";
+import { EncodedPlayer, StreamPlayer } from "./player.js";
 
 const $ = (id) => document.getElementById(id);
-const player = new StreamPlayer($("player"));
+// The Format select's values are the API's response formats; WAV is made in the page from "pcm".
+const CONTENT_TYPES = { mp3: "audio/mpeg", aac: "audio/aac", opus: "audio/ogg", flac: "audio/flac" };
+let player = null; // the last Speak's player
 let model = "omnivoice";
 let recording = null; // {recorder, startedAt, timer} while the microphone records
 let recorded = null; // the last recording: {blob, filename}
@@ -132,9 +134,9 @@ function hideProgress() {
   $("progress-label").hidden = true;
 }
 
-function speechRequest() {
+function speechRequest(format) {
   const request = {
-    model, input: $("text").value, voice: $("voice").value, response_format: "pcm",
+    model, input: $("text").value, voice: $("voice").value, response_format: format === "wav" ? "pcm" : format,
     speed: Number($("speed").value) || 1,
   };
   const language = $("language").value;
@@ -149,11 +151,14 @@ function speechRequest() {
 $("speak-form").addEventListener("submit", (event) => {
   event.preventDefault();
   $("download").hidden = true;
+  const format = $("format").value;
+  if (player) player.stop();
+  player = format === "wav" ? new StreamPlayer($("player")) : new EncodedPlayer($("player"), CONTENT_TYPES[format]);
   player.start(); // in the click itself: the browser lets audio start only from a user's action
   guarded(async () => {
     try {
       if (!$("voice").value) await loadVoices();
-      const request = speechRequest();
+      const request = speechRequest(format);
       const total = sentenceCount(request.input);
       let pieces = 0;
       showProgress(0, total, `0 of ${total} sentences`);
@@ -161,12 +166,12 @@ $("speak-form").addEventListener("submit", (event) => {
         player.push(bytes);
         pieces += 1;
         const done = Math.min(pieces, total - 1); // the last one is done only when the server says so
-        showProgress(done, total, `${done} of ${total} sentences, ${player.seconds().toFixed(1)} s of audio`);
+        showProgress(done, total, `${done} of ${total} sentences, ${player.received()}`);
       });
-      showProgress(total, total, `${total} of ${total} sentences, ${player.seconds().toFixed(1)} s: playing`);
-      const url = await player.finish();
+      showProgress(total, total, `${total} of ${total} sentences, ${player.received()}: playing`);
       const link = $("download");
-      link.href = url;
+      link.href = await player.finish();
+      link.download = `speech.${format}`;
       link.hidden = false;
     } catch (error) {
       player.stop();
@@ -181,7 +186,8 @@ $("speak-form").addEventListener("submit", (event) => {
 
 $("record").addEventListener("click", () => guarded(async () => {
   if (!navigator.mediaDevices) {
-    throw new Error("the microphone works only on a secure page: open this one at localhost or 127.0.0.1, or behind HTTPS");
+    throw new Error("the microphone works only on a secure page: open this one at localhost or 127.0.0.1, "
+      + "or behind HTTPS");
   }
   const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
   const recorder = new MediaRecorder(stream);

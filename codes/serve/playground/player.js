@@ -1,7 +1,12 @@
-// Streamed speech in the page's <audio> element: each piece of 16-bit PCM (24 kHz mono, as the API's
-// "pcm" format sends it) is scheduled right after the one before through Web Audio, whose output is the
-// element's live source, so playing starts with the first piece while later ones are still being made.
-// Once the last piece has played, the element holds the whole result as a WAV file.
+// Streamed speech in the page's <audio> element, two ways:
+// - StreamPlayer (WAV): each piece of 16-bit PCM (24 kHz mono, as the API's "pcm" format sends it) is
+//   scheduled right after the one before through Web Audio, whose output is the element's live source,
+//   so playing starts with the first piece while later ones are still being made. Once the last piece
+//   has played, the element holds the whole result as a WAV file.
+// - EncodedPlayer (the API's other formats): the bytes as they come, which join into one file, into a
+//   MediaSource where the browser takes the format (mp3, aac in Chromium), else played once complete
+//   (Opus in Ogg, and FLAC, whose bytes all come at the end anyway).
+// Both: start() in the click, push(bytes) per piece, finish() -> the whole file's URL once it has played.
 
 export const SAMPLE_RATE = 24000;
 const LEAD = 0.05; // seconds: room to schedule the first piece without clipping its start
@@ -68,8 +73,8 @@ export class StreamPlayer {
     if (this.ended && this.playing === 0) this.played();
   }
 
-  seconds() {
-    return this.pieces.reduce((total, piece) => total + piece.length, 0) / SAMPLE_RATE;
+  received() {
+    return `${(this.pieces.reduce((total, piece) => total + piece.length, 0) / SAMPLE_RATE).toFixed(1)} s of audio`;
   }
 
   stop() {
@@ -82,6 +87,79 @@ export class StreamPlayer {
   release() {
     if (this.context) this.context.close();
     this.context = null;
+  }
+}
+
+export class EncodedPlayer {
+  constructor(audio, type) {
+    this.audio = audio;
+    this.type = type;
+    this.url = null;
+  }
+
+  start() {
+    this.stop();
+    this.parts = [];
+    this.appended = Promise.resolve();
+    if (!window.MediaSource || !MediaSource.isTypeSupported(this.type)) return;
+    this.source = new MediaSource();
+    const opened = new Promise((resolve) => this.source.addEventListener("sourceopen", resolve, { once: true }));
+    this.appended = opened.then(() => {
+      this.buffer = this.source.addSourceBuffer(this.type);
+      this.buffer.mode = "sequence"; // pieces follow each other, whatever timestamps a format carries
+    });
+    this.url = URL.createObjectURL(this.source);
+    this.audio.srcObject = null;
+    this.audio.src = this.url;
+    this.audio.play().catch(() => {}); // waits for the first bytes; a refusal leaves the player to the user
+  }
+
+  push(bytes) {
+    this.parts.push(bytes);
+    if (this.source) this.appended = this.appended.then(() => this.append(bytes));
+  }
+
+  append(bytes) {
+    return new Promise((resolve, reject) => {
+      const done = (event) => {
+        this.buffer.removeEventListener("updateend", done);
+        this.buffer.removeEventListener("error", done);
+        if (event.type === "error") reject(new Error(`this browser cannot play the ${this.type} it was sent`));
+        else resolve();
+      };
+      this.buffer.addEventListener("updateend", done);
+      this.buffer.addEventListener("error", done);
+      this.buffer.appendBuffer(bytes);
+    });
+  }
+
+  async finish() {
+    const file = new Blob(this.parts, { type: this.type });
+    if (this.source) {
+      await this.appended;
+      this.source.endOfStream();
+      if (!this.audio.paused) { // until it has played, or the user pauses it
+        await new Promise((resolve) => ["ended", "pause"].forEach((name) => this.audio.addEventListener(name, resolve,
+          { once: true })));
+      }
+      URL.revokeObjectURL(this.url);
+    }
+    this.url = URL.createObjectURL(file);
+    const playing = !this.source;
+    this.source = null;
+    this.audio.src = this.url;
+    if (playing) this.audio.play().catch(() => {}); // it could not play while it streamed: it plays now
+    return this.url;
+  }
+
+  received() {
+    return `${Math.round(this.parts.reduce((total, part) => total + part.byteLength, 0) / 1024)} KB`;
+  }
+
+  stop() {
+    if (this.url) URL.revokeObjectURL(this.url);
+    this.url = null;
+    this.source = null;
   }
 }
 
