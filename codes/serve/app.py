@@ -35,6 +35,7 @@ from codes.serve.errors import RequestError, StreamFailed, as_request_error
 from codes.serve.lifecycle import Speaking
 from codes.serve.origins import refusal
 from codes.serve.params import MODEL_IDS, SpeechParams, parse_speech
+from codes.serve.playground import add_playground
 from codes.serve.service import ServerState
 from codes.serve.voice_uploads import save_voice
 from codes.serve.voices import DESIGN_VOICES, voice_id
@@ -289,6 +290,7 @@ def create_app(state: ServerState, doors=()):
         return StreamingResponse(_then(first, audio), media_type=CONTENT_TYPES[params.response_format],
                                  headers=STREAM_HEADERS)
 
+    add_playground(app)
     return _guard(app, state, next((door for door in doors if hasattr(door, "handles")), None))
 
 
