@@ -4,8 +4,10 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 DEMO   := models/demo-cpu
+CHROMIUM := /usr/bin/chromium
+SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup demo test test-durations clean
+.PHONY: setup browser demo test test-durations clean
 
 $(STAMP): requirements.txt requirements-runtime.txt
 	$(PYTHON) -m venv $(VENV)
@@ -14,17 +16,25 @@ $(STAMP): requirements.txt requirements-runtime.txt
 
 setup: $(STAMP)
 
+# The browser tests' browser (tests/test_playground.py): Debian's chromium, which Playwright drives by its
+# path, since Playwright's own browser download cannot be reached from every machine.
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+browser: $(CHROMIUM)
+
 demo: setup
 	$(PY) optimize.py --model tiny-random --device cpu --include-higgs --output $(DEMO) --overwrite
 	$(PY) eval.py --mode equiv --model_dir $(DEMO)
 	$(PY) inference.py --model_dir $(DEMO) --text "Hello from OmniVoice, running on ONNX Runtime." \
 		--language en --seed 0 --output demo.wav
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -q -n auto --maxprocesses 4 tests
 
 # The suite with its slowest tests and fixtures (a fixture's time shows as its first user's "setup").
-test-durations: setup
+test-durations: setup browser
 	$(PY) -m pytest -q -n auto --maxprocesses 4 tests --durations=40 --durations-min=1
 
 clean:

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     if args.batch_size < 1:
         raise UserError(f"--batch_size must be >= 1, got {args.batch_size}")
     if args.text is not None:
-        jobs = [job_io.Job(args.text, args.output, args.language, args.instruct, args.duration, args.speed)]
+        jobs = [job_io.Utterance(args.text, args.output, args.language, args.instruct, args.duration, args.speed)]
         codes_paths = [args.codes_out]
     else:
         read_jobs = job_io.jobs_from_text_file if args.text_file else job_io.jobs_from_jsonl

@@ -4,8 +4,11 @@
   .venv/bin/python bench/soak.py --model_dir models/tiny-cpu_int8 --minutes 10 --clients 6 --out bench/soak_results.md
 
 Each client loops until the deadline, picking per iteration (seeded) a streamed speech request, a
-disconnect, a hostile request, an upload-speak-delete cycle or GET /health. Any 4xx/5xx to a hostile
-request is a refusal; to a valid one only 429/503 are (busy), anything else is an unexpected error.
+disconnect, a hostile request (upload bombs among them), an upload-speak-delete cycle, GET /health, or
+a Wyoming call on the same server: a request or a stream of one-character chunks with the `wyoming`
+package's client, or a hostile raw socket (lengths that claim a terabyte, a stream that sends no text,
+a client that never reads). Any 4xx/5xx (or the expected error event) to a hostile request is a
+refusal; to a valid one only 429/503 are (busy), anything else is an unexpected error.
 A call past --timeout is HUNG, the headline number (should be 0). The server's VmRSS is sampled every 10 s.
 Exit code 0 whatever the server did: the numbers tell.
 """
@@ -13,6 +16,7 @@ Exit code 0 whatever the server did: the numbers tell.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
 import itertools
 import json
@@ -32,8 +36,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
 
+from clips import lying_matroska, silent_flac, with_flac_length  # noqa: E402
 from serve_bench import start  # noqa: E402
+from wyoming.client import AsyncTcpClient  # noqa: E402
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice  # noqa: E402
 
 from codes.checks.bench import machine  # noqa: E402
 
@@ -42,7 +50,10 @@ SENTENCES = ("The morning train was late again.", "She opened the window and lis
              "The garden looks different in autumn light.", "He laughed, then told the story once more.")
 FORMATS, VOICES = ("pcm", "mp3", "wav", "opus"), ("alloy", "nova", "onyx", "soak-saved")
 MAGIC = {"wav": b"RIFF", "opus": b"OggS"}
-ACTIONS = {"speech": 45, "disconnect": 15, "hostile": 15, "upload": 10, "health": 15}  # weights per iteration
+ACTIONS = {"speech": 40, "disconnect": 12, "hostile": 13, "upload": 8, "health": 12,
+           "wyoming": 8, "wyoming-hostile": 7}  # weights per iteration
+WYOMING_LIMITS = ("--wyoming-idle-seconds", "5", "--wyoming-write-seconds", "5")  # short, so its cases end quickly
+TERABYTE = 10 ** 12
 BUSY = (429, 503)  # a valid request may be turned away while the server is loaded; that is not a bug
 WARMUP_S, RSS_EVERY_S = 30.0, 10.0
 
@@ -150,6 +161,7 @@ def hostile_catalogue(clip: bytes, seed: int) -> dict:
     rng = random.Random(seed)
     words = " ".join("".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 9))) for _ in range(600))
     big_wav = wav_bytes(rng.randbytes(25 << 20))  # ~9 minutes of noise that every decoder reads
+    bomb = silent_flac(300)  # 8 channels at 192 kHz: 1.8 GB as float32, under 500 KB as FLAC
     return {"huge-instructions": speak(instructions="x" * (4 << 20)), "duration-1e308": speak(duration=1e308),
             "num_steps-1e9": speak(num_steps=10**9), "unknown-voice": speak(voice="no-such-voice-here"),
             "huge-input": speak(input="word " * 20000), "no-punctuation": speak(input=words[:3000]),
@@ -158,7 +170,9 @@ def hostile_catalogue(clip: bytes, seed: int) -> dict:
             "invalid-json": lambda name: ("/v1/audio/speech", {"content": b'{"input": "Hello', "headers": {
                 "content-type": "application/json"}}),
             "upload-garbage": upload(rng.randbytes(64 << 10)), "upload-25MB": upload(big_wav),
-            "upload-10k-transcript": upload(clip, "word " * 2000)}
+            "upload-10k-transcript": upload(clip, "word " * 2000), "upload-flac-bomb": upload(bomb),
+            "upload-flac-bomb-no-length": upload(with_flac_length(bomb, 0)),
+            "upload-matroska-lying-length": upload(lying_matroska(bomb, 1.0))}
 
 
 def hostile(client, tally, rng, timeout, catalogue: dict, name: str):
@@ -181,6 +195,76 @@ def upload_cycle(client, tally, rng, timeout, clip: bytes, name: str):
         judge(tally, "upload/delete", status, body)
 
 
+def wyoming_call(tally, rng, timeout, port: int):
+    """A request, or a stream sent one character per chunk, through the official client."""
+    text = " ".join(rng.sample(SENTENCES, rng.randint(1, 2)))
+    one_chars = rng.random() < 0.5
+    kind = "wyoming/1-char-stream" if one_chars else "wyoming/speak"
+
+    async def call():
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            voice = SynthesizeVoice(name=rng.choice(VOICES))
+            if one_chars:
+                await client.write_event(SynthesizeStart(voice=voice).event())
+                for char in text:
+                    await client.write_event(SynthesizeChunk(text=char).event())
+                await client.write_event(SynthesizeStop().event())
+            else:
+                await client.write_event(Synthesize(text=text, voice=voice).event())
+            types = []
+            while True:
+                event = await client.read_event()
+                if event is None:
+                    return types
+                types.append(event.type)
+                if event.type in ("error", "synthesize-stopped") or (event.type == "audio-stop" and not one_chars):
+                    return types
+
+    try:
+        types = asyncio.run(asyncio.wait_for(call(), timeout))
+    except asyncio.TimeoutError:
+        raise TooSlow from None
+    if "audio-stop" in types:
+        tally.add("ok", kind)
+    elif "error" in types:
+        tally.add("refused", f"{kind}: error event")  # busy: the same 429 as HTTP
+    else:
+        tally.add("unexpected", f"{kind}: events {types[:6]}")
+
+
+def wyoming_hostile(tally, rng, timeout, port: int):
+    """A raw socket: (what it sends, the error code the server must answer with, or None for a client
+    that never reads and is simply let go)."""
+    which = rng.choice(("payload-bomb", "data-bomb", "idle-stream", "never-reads"))
+    header = {"payload-bomb": {"type": "describe", "payload_length": TERABYTE},
+              "data-bomb": {"type": "synthesize", "data_length": TERABYTE},
+              "idle-stream": {"type": "synthesize-start", "data": {"voice": {"name": "alloy"}}},
+              "never-reads": {"type": "synthesize", "data": {"text": " ".join(SENTENCES * 4)}}}[which]
+    expected = {"payload-bomb": "event_too_large", "data-bomb": "event_too_large", "idle-stream": "idle_timeout"}
+    with socket.socket() as sock:
+        if which == "never-reads":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(timeout)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(json.dumps(header).encode() + b"\n" + (b"\0" * (1 << 20) if "bomb" in which else b""))
+        if which == "never-reads":  # the server lets it go after --wyoming-write-seconds; nothing to read
+            time.sleep(float(WYOMING_LIMITS[3]) + 1)
+            return tally.add("refused", f"wyoming-hostile/{which}: let go")
+        reader = sock.makefile("rb")
+        while True:
+            line = reader.readline()
+            if not line:
+                return tally.add("unexpected", f"wyoming-hostile/{which}: closed without an error event")
+            event = json.loads(line)
+            if event.get("data_length"):
+                event.setdefault("data", {}).update(json.loads(reader.read(event["data_length"])))
+            if event.get("type") == "error":
+                code = event.get("data", {}).get("code")
+                if code == expected[which] or code == "too_many_connections":
+                    return tally.add("refused", f"wyoming-hostile/{which}: {code}")
+                return tally.add("unexpected", f"wyoming-hostile/{which}: error {code}")
+
+
 def health(client, tally, timeout):
     began = time.perf_counter()
     status, body = exchange(client, "GET", "/health", timeout)
@@ -188,7 +272,8 @@ def health(client, tally, timeout):
     judge(tally, "health", status, body)
 
 
-def client_loop(index: int, url: str, deadline: float, tally: Tally, args, clip: bytes, catalogue: dict):
+def client_loop(index: int, url: str, wyoming_port: int, deadline: float, tally: Tally, args, clip: bytes,
+                catalogue: dict):
     rng = random.Random(args.seed * 1000 + index)
     port = httpx.URL(url).port
     with httpx.Client(base_url=url, timeout=args.timeout) as client:
@@ -202,7 +287,9 @@ def client_loop(index: int, url: str, deadline: float, tally: Tally, args, clip:
                  "disconnect": lambda: disconnect(client, tally, rng, args.timeout, port),
                  "hostile": lambda: hostile(client, tally, rng, args.timeout, catalogue, name),
                  "upload": lambda: upload_cycle(client, tally, rng, args.timeout, clip, name),
-                 "health": lambda: health(client, tally, args.timeout)}[action]()
+                 "health": lambda: health(client, tally, args.timeout),
+                 "wyoming": lambda: wyoming_call(tally, rng, args.timeout, wyoming_port),
+                 "wyoming-hostile": lambda: wyoming_hostile(tally, rng, args.timeout, wyoming_port)}[action]()
             except (httpx.TimeoutException, TooSlow, socket.timeout):
                 tally.add("hung", action)
             except (httpx.TransportError, OSError) as exc:
@@ -274,7 +361,11 @@ def main() -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     voices = Path(tempfile.mkdtemp(prefix="soak-")) / "voices"
-    proc, url = start(args.model_dir.resolve(), args.max_batch, voices, args.threads, args.higgs_dir)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        wyoming_port = sock.getsockname()[1]
+    proc, url = start(args.model_dir.resolve(), args.max_batch, voices, args.threads, args.higgs_dir,
+                      extra=("--wyoming-uri", f"tcp://127.0.0.1:{wyoming_port}", *WYOMING_LIMITS))
     log = next(voices.parent.glob("voices-server-*.log"))
     tally, rss, stop = Tally(), [], threading.Event()
     try:
@@ -296,7 +387,7 @@ def main() -> int:
                     return
 
         threading.Thread(target=sample, daemon=True).start()
-        workers = [threading.Thread(target=client_loop, args=(i, url, deadline, tally, args, clip, catalogue),
+        workers = [threading.Thread(target=client_loop, args=(i, url, wyoming_port, deadline, tally, args, clip, catalogue),
                                     daemon=True) for i in range(args.clients)]  # daemon: a stuck call cannot block exit
         for worker in workers:
             worker.start()

@@ -61,7 +61,7 @@ def last_error_line(result: subprocess.CompletedProcess) -> str:
 # Under pytest-xdist (`make test`) each module runs whole on one worker, so its module-scoped servers start
 # once; the modules that start a local Ray share one worker, so two never run at once. The long modules go
 # first, so that no worker is left waiting at the end on one that started last.
-RAY_MODULES = ("test_corpus", "test_cluster")
+RAY_MODULES = ("test_corpus", "test_cluster", "test_playground")  # test_playground: its last test runs serve.py --ray
 LONG_MODULES = ("test_walkthrough", "test_optimize", *RAY_MODULES, "test_hostile", "test_wyoming_hostile", "test_doors",
                 "test_published", "test_bench", "test_inference", "test_serve", "test_latency")
 

@@ -173,6 +173,34 @@ def test_wyoming_refusals_are_error_events_and_the_connection_keeps_serving(serv
     assert len(audio_of(after)) > 0
 
 
+def test_a_wyoming_stream_gives_its_slot_back_while_it_waits_for_text(server):
+    """A stream's first sentence is spoken, then it waits for more: meanwhile it holds no slot
+    (requests_in_flight drops to 0), and the next sentence takes one again and is spoken."""
+    start = len(server.log_lines())
+
+    def in_flight() -> int:
+        return http(server, "GET", "/health").json()["requests_in_flight"]
+
+    async def stream():
+        async with AsyncTcpClient("127.0.0.1", server.wyoming_port) as client:
+            await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="alloy")).event())
+            await client.write_event(SynthesizeChunk(text="Hello there, how are you? ").event())
+            first = await read_until(client, "audio-chunk")
+            deadline = time.monotonic() + WAIT
+            while await asyncio.to_thread(in_flight) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            waiting = await asyncio.to_thread(in_flight)
+            await client.write_event(SynthesizeChunk(text="Goodbye for now.").event())
+            await client.write_event(SynthesizeStop().event())
+            return first, waiting, await read_until(client, "synthesize-stopped")
+
+    first, waiting, rest = run(stream())
+    assert waiting == 0
+    assert [e.type for e in first][0] == "audio-start" and "audio-stop" in [e.type for e in rest]
+    (line,) = wait_for_line(server, start, "wyoming")
+    assert line["status"] == "ok" and int(line["sentences"]) >= 2, line  # the first sentence may come as clauses
+
+
 def test_wyoming_client_that_leaves_mid_stream_frees_its_items(server):
     start = len(server.log_lines())
     # long enough (about 20 chunks) that the server cannot have made it all before it sees the client go

@@ -128,20 +128,37 @@ def test_where_batching_is_nearly_free_an_urgent_item_joins_the_running_batch(tt
 
 
 def test_steps_choose_urgent_items_first_then_by_due_time(tts):
-    """The order of need, read off the engine's choice for one step (not started: nothing runs)."""
-    engine = StepEngine(tts, max_batch=2, cost=StepCost(fixed=1.0, per_token=0.0, learn=False))
+    """The order of need, read off the engine's choice for one step (not started: nothing runs). The
+    cost models make steps short, so the items due later have time to spare: none is pressing."""
+    engine = StepEngine(tts, max_batch=2, cost=StepCost(fixed=1e-3, per_token=0.0, learn=False))
     request = tts.settle(*TEXTS[2])[0]
     now = time.perf_counter()
     due_late = engine.submit(request, SETTINGS, RandomNoise(0), due=now + 9)
     due_soon = engine.submit(request, SETTINGS, RandomNoise(0), due=now + 1)
     urgent = engine.submit(request, SETTINGS, RandomNoise(0), urgent=True)
     assert engine._choose() == [urgent, due_soon]
-    strict = StepEngine(tts, max_batch=8, cost=StepCost(fixed=0.0, per_token=1.0, learn=False))
+    strict = StepEngine(tts, max_batch=8, cost=StepCost(fixed=0.0, per_token=1e-6, learn=False))
     items = [strict.submit(request, SETTINGS, RandomNoise(0), due=now + i) for i in (2, 1)]
     assert strict._choose() == [items[1], items[0]]  # no urgent item: the batch fills, soonest first
     strict_urgent = strict.submit(request, SETTINGS, RandomNoise(0), urgent=True)
     assert strict._choose() == [strict_urgent]  # beside an urgent one, only what is nearly free joins
     assert due_late not in engine._choose()
+
+
+def test_a_later_chunk_that_must_start_now_is_as_pressing_as_a_first_chunk(tts):
+    """A flood of new requests cannot stall a running stream: a later chunk that must start now to be
+    done by its due time goes before first chunks that came after that time, and one with time to
+    spare still waits behind them."""
+    engine = StepEngine(tts, max_batch=8, cost=StepCost(fixed=0.0, per_token=1e-4, learn=False))
+    request = tts.settle(*TEXTS[2])[0]
+    now = time.perf_counter()
+    not_due = engine.submit(request, SETTINGS, RandomNoise(0), due=now + 60)
+    first_chunks = [engine.submit(request, SETTINGS, RandomNoise(0), urgent=True) for _ in range(3)]
+    overdue = engine.submit(request, SETTINGS, RandomNoise(0), due=now + 1e-3)
+    assert overdue.start_by < now < not_due.start_by  # its steps take longer than the time left
+    assert engine._choose() == [overdue]  # beside a pressing item only what is nearly free joins: nothing here
+    engine._items.remove(overdue)
+    assert engine._choose() == [first_chunks[0]] and not_due in engine._items
 
 
 def test_the_cost_model_fits_fixed_and_per_token_seconds_and_warm_up_feeds_it(tts):

@@ -19,9 +19,10 @@ import soundfile
 import clips
 from serving import FAST, Server, free_port, speak
 
+BODY_SECONDS, WRITE_SECONDS = 5, 3
 LIMITS = ("--max-body-bytes", "200000", "--max-upload-bytes", "2000000", "--max-instructions-chars", "200",
           "--max-upload-seconds", "3", "--max-transcript-chars", "100", "--max-voices", "2", "--max-pinned", "1",
-          "--max-concurrent", "3")
+          "--max-concurrent", "3", "--body-seconds", str(BODY_SECONDS), "--write-seconds", str(WRITE_SECONDS))
 BROWSERS = ("--allow-origin", "http://app.example:3000", "--allow-host", "tts.lan")
 MANY_SENTENCES = "Hi. " + " ".join(f"This is sentence number {i}, which keeps the server busy." for i in range(40))
 
@@ -95,6 +96,52 @@ def test_a_body_past_the_limit_is_413_by_its_length_or_as_it_arrives(server):
                           headers={"content-type": "application/json"}, timeout=60)
     assert response.status_code == 413 and "--max-body-bytes" in error_of(response)["message"]
     assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
+
+
+def test_a_body_that_arrives_too_slowly_is_408_and_holds_no_slot(server):
+    """A client that sends its headers and a few bytes of its body, then nothing: it is counted in
+    flight only once its body is read (never, here), and answered 408 after --body-seconds."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 200\r\n\r\n{\"model\": \"omnivoice\", ")
+        assert httpx.get(f"{server.url}/health").json()["requests_in_flight"] == 0
+        answer = b""
+        while b"\r\n\r\n" not in answer:  # the server answers by itself, after --body-seconds
+            got = sock.recv(4096)
+            assert got, answer
+            answer += got
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"body_too_slow" in answer and b"--body-seconds" in answer
+    still_serving(server)
+
+
+def test_a_client_that_never_reads_its_response_is_let_go_after_write_seconds(server):
+    """Long speech asked for over a socket that reads nothing: once the buffers are full the
+    server's writes wait, and past --write-seconds the request ends and frees its slot and items,
+    while the client still holds its connection."""
+    start = len(server.log_lines())
+    body = json.dumps({"model": "omnivoice", "voice": "alloy", "input": MANY_SENTENCES, **FAST,
+                       "response_format": "pcm"}).encode()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+        def request_line():
+            return [line for line in server.log_lines(start) if " speech request=" in line
+                    and f" chars={len(MANY_SENTENCES)} " in line]
+
+        deadline = time.monotonic() + 120
+        while not request_line() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (line,) = request_line()
+        assert " status=disconnected " in line and "(--write-seconds)" in line, line
+        wait_idle(server)
+    finally:
+        sock.close()
+    still_serving(server)
 
 
 def test_health_answers_at_once_while_huge_requests_arrive(server):
@@ -218,8 +265,9 @@ def test_a_multichannel_clip_is_saved_as_its_mono_mixdown(server):
 
 
 def test_uploads_at_once_at_max_voices_leave_exactly_max(server):
-    """--max-voices 2: every upload passes the count before any is saved; the save counts again, locked."""
-    data, start = clip(1.0), threading.Barrier(6)
+    """--max-voices 2: every upload passes the count before any is saved; the save counts again, locked.
+    Three racers: an upload holds one of the --max-concurrent 3 slots while its clip is encoded."""
+    data, start = clip(1.0), threading.Barrier(3)
     statuses = {}
 
     def send(name: str):
@@ -227,14 +275,14 @@ def test_uploads_at_once_at_max_voices_leave_exactly_max(server):
         response = upload(server, name, data)
         statuses[name] = (response.status_code, response.json().get("error", {}).get("code"))
 
-    threads = [threading.Thread(target=send, args=(f"racer-{i}",)) for i in range(6)]
+    threads = [threading.Thread(target=send, args=(f"racer-{i}",)) for i in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
     saved = sorted(v["id"] for v in httpx.get(f"{server.url}/v1/audio/voices").json()["voices"] if v["kind"] == "saved")
     try:
-        assert len(statuses) == 6 and sorted(statuses.values()) == [(200, None)] * 2 + [(409, "too_many_voices")] * 4
+        assert len(statuses) == 3 and sorted(statuses.values()) == [(200, None)] * 2 + [(409, "too_many_voices")]
         assert saved == sorted(name for name, (status, _) in statuses.items() if status == 200)
     finally:
         for vid in saved:
@@ -464,7 +512,7 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, 
     from codes.runtime.synthesis import OmniVoiceOnnx
     from codes.serve.app import create_app
     from codes.serve.service import ServerConfig, ServerState
-    from codes.serve.speech import Synthesizer
+    from codes.serve.speech import LoadedModel
     from codes.serve.voices import DesignPins, VoiceBook, Voices
     from test_engine import FailingNoise
 
@@ -476,8 +524,8 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, 
     thread = threading.Thread(target=server.run)
     thread.start()
     tts = OmniVoiceOnnx(served_build, threads=1)
-    state.synth = Synthesizer(tts, 8, 64)
-    state.synth.start()
+    state.model = LoadedModel(tts, 8, 64)
+    state.model.start()
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -489,9 +537,9 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, 
             f"{url}/v1/audio/speech", json={"model": "omnivoice", "voice": "alloy", "input": MANY_SENTENCES[:300],
                                             "num_steps": 200, "response_format": "pcm"}, timeout=60)))
         request.start()
-        while not state.synth.outstanding and time.monotonic() < deadline:
+        while not state.model.outstanding and time.monotonic() < deadline:
             time.sleep(0.01)
-        state.synth.engine.submit(tts.settle("Boom.")[0], tts.defaults, FailingNoise(SystemExit("engine bug")))
+        state.model.engine.submit(tts.settle("Boom.")[0], tts.defaults, FailingNoise(SystemExit("engine bug")))
         request.join(timeout=60)
         assert not request.is_alive() and waiting["r"].status_code in (500, 503)
         health = httpx.get(f"{url}/health")
@@ -501,4 +549,4 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, 
     finally:
         server.should_exit = True
         thread.join(timeout=30)
-        state.synth.stop()
+        state.model.stop()

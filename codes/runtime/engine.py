@@ -8,14 +8,16 @@ an item's codes do not depend on what else shares its steps, and equal `generate
 same request, settings and noise. (On fp32, fp16 and int4 builds exactly; a dynamic int8 graph
 quantizes activations with one scale over the whole batch, so there its neighbours move it slightly.)
 
-Latency first (docs/DESIGN.md §scheduling): each step takes the items in order of need, urgent
-ones (a request's first chunk, a voice someone waits on) before the rest, then by when each is
-due. An item not chosen for a step just waits: its state is its tokens and step counter, so
-pausing costs nothing. Beside an urgent item another joins only where batching is nearly free:
-where the tokens it adds cost less than a step's fixed cost, by a cost model fitted to the
-steps this engine ran (StepCost). On a CPU, where a step's cost is its tokens, urgent items run
-one after another; on a device with room to spare they share steps. Items that are not urgent
-fill the batch up to max_batch, for throughput.
+Latency first (docs/DESIGN.md §scheduling): each step takes the items in order of need, pressing
+ones (a request's first chunk, a voice someone waits on, a later chunk that must start now to be
+done by its due time, else its listener hears silence) before the rest, each side by when it must
+start. So a client that floods the server with new requests delays another's next chunk by at most
+the first chunks that were waiting when that chunk had to start (bench/fairness.py). An item not chosen for a step just waits: its
+state is its tokens and step counter, so pausing costs nothing. Beside a pressing item another
+joins only where batching is nearly free: where the tokens it adds cost less than a step's fixed
+cost, by a cost model fitted to the steps this engine ran (StepCost). On a CPU, where a step's
+cost is its tokens, pressing items run one after another; on a device with room to spare they
+share steps. Items that are not pressing fill the batch up to max_batch, for throughput.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class WorkItem:
     schedule: list[int]
     urgent: bool = False  # someone waits on it for first audio
     due: float | None = None  # perf_counter time its codes are needed by (None: now)
+    start_by: float | None = None  # when it must start to be done by `due`, by the engine's cost model
     future: Future = field(default_factory=Future)
     step_index: int = 0
     max_shared: int = 0  # the most items it shared a decoding step with, itself included
@@ -72,8 +75,15 @@ class WorkItem:
     def tokens(self) -> np.ndarray:
         return self.prompt[:, -self.target_len:]
 
-    def priority(self) -> tuple:
-        return (not self.urgent, self.queued_at if self.due is None else self.due, self.order)
+    def pressing(self, now: float) -> bool:
+        """Someone waits on it now: a first chunk, or a later one that must start now to be done by
+        its due time (else its listener hears silence), so a flood of new requests cannot stall
+        running streams."""
+        return self.urgent or (self.start_by is not None and self.start_by <= now)
+
+    def priority(self, now: float) -> tuple:
+        """Pressing items first, each side by when it must start (when it came, for a first chunk)."""
+        return (not self.pressing(now), self.queued_at if self.start_by is None else self.start_by, self.order)
 
 
 def max_item_frames(settings: GenerationSettings) -> int:
@@ -109,6 +119,10 @@ class StepCost:
             slope, intercept = np.polyfit(np.array(sizes, float), np.array([s for _, s in self.samples]), 1)
             self.per_token, self.fixed = max(float(slope), 0.0), max(float(intercept), 0.0)
 
+    def seconds(self, tokens: int) -> float:
+        """A step's expected seconds at `tokens` (unknown: 0)."""
+        return 0.0 if self.per_token is None else self.fixed + self.per_token * tokens
+
     def nearly_free(self, extra_tokens: int) -> bool:
         """Whether adding extra_tokens to a step costs less than a step's fixed cost (unknown: yes)."""
         if self.per_token is None:
@@ -142,6 +156,8 @@ class StepEngine:
             raise UserError("a work item is one chunk: split long text into sentences before submitting it")
         item = self.make_item(request, settings, noise)
         item.urgent, item.due = urgent, due
+        if due is not None:  # made alone, it takes its steps at its own size
+            item.start_by = due - settings.num_steps * self.cost.seconds(step_tokens([item]))
         with self._wake:
             if self.dead:
                 raise EngineDown("the decoding engine has stopped")
@@ -253,10 +269,11 @@ class StepEngine:
             self._items.remove(item)
             _abandon(item)
         chosen: list[WorkItem] = []
-        for item in sorted(self._items, key=WorkItem.priority):
+        now = time.perf_counter()
+        for item in sorted(self._items, key=lambda item: item.priority(now)):
             if len(chosen) >= self.max_batch:
                 break
-            if chosen and any(c.urgent for c in chosen):
+            if chosen and any(c.pressing(now) for c in chosen):
                 if not self.cost.nearly_free(step_tokens([*chosen, item]) - step_tokens(chosen)):
                     continue
             if item.started_at is None:

@@ -17,7 +17,9 @@ NUMBER_KEYS = {"duration", "speed"}
 
 
 @dataclass
-class Job:
+class Utterance:
+    """One line of speech to make, and the file it goes to."""
+
     text: str
     output: Path
     language: str | None = None
@@ -44,13 +46,13 @@ def output_folder(output: Path, flag: str = "--output") -> Path:
     return output
 
 
-def jobs_from_text_file(path: Path, output: Path) -> list[Job]:
+def jobs_from_text_file(path: Path, output: Path) -> list[Utterance]:
     texts = [line.strip() for line in _read_lines(path)]
     texts = [t for t in texts if t]
     if not texts:
         raise UserError(f"{path} holds no text; put one utterance per line")
     folder = output_folder(output)
-    return [Job(text, folder / f"{i:04d}.wav") for i, text in enumerate(texts, 1)]
+    return [Utterance(text, folder / f"{i:04d}.wav") for i, text in enumerate(texts, 1)]
 
 
 def _wrong_type(key: str, value) -> str | None:
@@ -63,7 +65,7 @@ def _wrong_type(key: str, value) -> str | None:
     return None if isinstance(value, str) else "a string"
 
 
-def jobs_from_jsonl(path: Path, output: Path) -> list[Job]:
+def jobs_from_jsonl(path: Path, output: Path) -> list[Utterance]:
     """One JSON object per line: {"text": ..., "output"?: "name.wav", "language"?, "instruct"?, "duration"?, "speed"?}."""
     records = []
     for number, line in enumerate(_read_lines(path), 1):
@@ -86,5 +88,5 @@ def jobs_from_jsonl(path: Path, output: Path) -> list[Job]:
     if not records:
         raise UserError(f"{path} holds no utterances; write one JSON object per line")
     folder = output_folder(output)
-    return [Job(output=folder / (record.pop("output", None) or f"{i:04d}.wav"), **record)
+    return [Utterance(output=folder / (record.pop("output", None) or f"{i:04d}.wav"), **record)
             for i, record in enumerate(records, 1)]

@@ -72,15 +72,15 @@ class GenerationSettings:
         return cls().replace(**values)
 
 
-# The command-line face of the settings: inference.py and corpus.py take the same flags, with the
-# recipe's names, and turn them into GenerationSettings in one place.
-CLI_NUMBERS = {"num_steps": int, "guidance_scale": float, "t_shift": float, "layer_penalty_factor": float,
+# The numbers a user may set for one run or one request, and their types: inference.py's and
+# corpus.py's flags (the recipe's names) and the server's speech request fields are these.
+TUNABLE = {"num_steps": int, "guidance_scale": float, "t_shift": float, "layer_penalty_factor": float,
                "position_temperature": float, "class_temperature": float}
 
 
 def add_generation_flags(parser) -> None:
     defaults = GenerationSettings()
-    for name, kind in CLI_NUMBERS.items():
+    for name, kind in TUNABLE.items():
         parser.add_argument(f"--{name}", type=kind, default=getattr(defaults, name),
                             help=f"upstream's default: {getattr(defaults, name)}")
     parser.add_argument("--no_denoise", action="store_true", help="leave out the <|denoise|> token when cloning")
@@ -89,5 +89,5 @@ def add_generation_flags(parser) -> None:
 
 def settings_from_flags(args) -> GenerationSettings:
     """The flags add_generation_flags defined, validated (a bad value is a one-line UserError)."""
-    return GenerationSettings().replace(**{name: getattr(args, name) for name in CLI_NUMBERS},
+    return GenerationSettings().replace(**{name: getattr(args, name) for name in TUNABLE},
                                         denoise=not args.no_denoise, postprocess_output=not args.no_postprocess)

@@ -1,10 +1,12 @@
-"""The HTTP layer: OpenAI's speech API (request shape, SSE events, error envelope) over a Synthesizer.
+"""The HTTP door: OpenAI's speech API (request shape, SSE events, error envelope) onto the service;
+a speech request's life is codes/serve/lifecycle.py's, this module only translates.
 
 Every error leaves as {"error": {"message", "type", "param", "code"}} with its status: 400 bad input
 (a runtime UserError's one line becomes the message), 401 wrong or missing key, 403 a web page that may
 not call (its Origin, or without a key a Host name: codes/serve/origins.py), 404 no such voice or
-route, 409 a voice name taken or too many voices, 413 a body past its limit, 429 queue full or too many
-requests, 503 loading, shutting down or the engine stopped, 504 no audio within the request timeout.
+route, 408 a body that arrives too slowly, 409 a voice name taken or too many voices, 413 a body past
+its limit, 429 queue full or too many requests, 503 loading, shutting down or the engine stopped, 504
+no audio within the request timeout.
 A failure after the first audio ends the stream as an error the client sees (an SSE `error` event,
 or an aborted transfer), never as a clean end. The event loop only routes: reading clips, loading and
 saving voices and encoding audio run in executors (codes/serve/limits.py has every limit).
@@ -18,23 +20,24 @@ import contextlib
 import hmac
 import json
 import logging
-import time
 from pathlib import Path
 
-import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from codes.common.errors import UserError
-from codes.runtime.engine import EngineDown, QueueFull
+from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.encode import CONTENT_TYPES, StreamEncoder
+from codes.serve.errors import RequestError, StreamFailed, as_request_error
+from codes.serve.lifecycle import Speaking
 from codes.serve.origins import refusal
-from codes.serve.service import (MODEL_IDS, RequestError, ServerState, SpeechParams, open_speech, parse_speech,
-                                 save_voice, too_busy)
-from codes.serve.speech import SpeechJob, StreamFailed, Synthesizer
+from codes.serve.params import MODEL_IDS, SpeechParams, parse_speech
+from codes.serve.playground import add_playground
+from codes.serve.service import ServerState
+from codes.serve.voice_uploads import save_voice
 from codes.serve.voices import DESIGN_VOICES, voice_id
 
 logger = logging.getLogger("omnivoice.serve")
@@ -45,6 +48,14 @@ REPLICA_HEADER = "x-omnivoice-replica"
 
 def envelope(status: int, message: str, param=None, code=None, kind="invalid_request_error") -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
+
+
+def error_envelope(error: RequestError) -> JSONResponse:
+    return envelope(error.status, error.message, error.param, error.code, error.kind)
+
+
+class ClientStalled(ConnectionError):
+    """The client left a response unread past --write-seconds."""
 
 
 # --- the app ---------------------------------------------------------------------------------------
@@ -68,9 +79,11 @@ def _guard(app, state: ServerState, mounted=None):
     - every path but /health refuses a web page that may not call it (403, codes/serve/origins.py);
     - with --api-key, /v1/* and the mounted door's paths (/mcp) need 'Authorization: Bearer KEY' (401);
     - a body past its limit is refused before it is read (by its Content-Length) or while it is
-      (counted as it arrives), so no route ever holds more than the limit;
-    - a speech request counts as in flight until its response has ended however it ends, and its
-      work items are cancelled then (a response whose body never started streaming included)."""
+      (counted as it arrives), and one that takes past --body-seconds to arrive gets a 408, so no
+      route ever holds more than the limit, or holds it for long;
+    - a client that leaves a response unread for --write-seconds is let go;
+    - a speech request that is still open when its response ends, however it ends (a response whose
+      body never started streaming included), is closed: its lifecycle then frees what it held."""
 
     async def middleware(scope, receive, send):
         if scope["type"] != "http":
@@ -86,16 +99,28 @@ def _guard(app, state: ServerState, mounted=None):
         if key and guarded and not _key_matches(scope, key):
             return await envelope(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
                                   code="invalid_api_key")(scope, receive, send)
-        if scope["path"] == "/v1/audio/speech":
-            state.in_flight += 1
+        spoken = scope.setdefault("omnivoice_speech", [])  # (Speaking, its response body) per speech request
+        try:
+            return await _limited(scope, receive, _write_bounded(send, spoken))
+        except ClientStalled:  # the connection is closed by the server (uvicorn logs it as incomplete)
+            return
+        finally:
+            for _, body in spoken:
+                await body.aclose()
+
+    def _write_bounded(send, spoken):
+        seconds = state.config.limits.write_seconds
+
+        async def bounded(message):
             try:
-                return await _limited(scope, receive, send)
-            finally:
-                state.in_flight -= 1
-                for job in scope.get("omnivoice_jobs", []):
-                    job.cancel()
-                    job.finish()
-        return await _limited(scope, receive, send)
+                await asyncio.wait_for(send(message), seconds)
+            except asyncio.TimeoutError:
+                reason = f"the client read nothing for {seconds:g} s (--write-seconds); closed"
+                for speaking, _ in spoken:
+                    speaking.end("disconnected", reason)
+                raise ClientStalled(reason) from None
+
+        return bounded
 
     async def _limited(scope, receive, send):
         target = mounted.app if mounted is not None and mounted.handles(scope["path"]) else app
@@ -107,24 +132,33 @@ def _guard(app, state: ServerState, mounted=None):
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await _drain(receive)
             return await _too_large(limit, flag)(scope, receive, send)
-        seen, cut = 0, False
+        seen, cut, whole = 0, None, False  # cut: the answer that replaces the app's once the body was cut short
+        deadline = asyncio.get_running_loop().time() + limits.body_seconds
 
         async def counted():
-            nonlocal seen, cut
-            message = await receive()
+            nonlocal seen, cut, whole
+            if cut is not None or whole:  # after the body: only a disconnect comes, whenever it does
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
+            except asyncio.TimeoutError:
+                cut = envelope(408, f"the request body took over {limits.body_seconds:g} s to arrive "
+                                    "(--body-seconds); send it at once", code="body_too_slow")
+                return {"type": "http.request", "body": b"", "more_body": False}
             seen += len(message.get("body", b""))
-            if seen > limit and not cut:  # the app reads the body as ended here, and its answer is replaced
-                cut = True
+            if seen > limit:  # the app reads the body as ended here, and its answer is replaced
+                cut = _too_large(limit, flag)
                 if message.get("more_body"):
                     await _drain(receive)
                 return {"type": "http.request", "body": b"", "more_body": False}
+            whole = message["type"] != "http.request" or not message.get("more_body")
             return message
 
         async def replaced(message):
-            if not cut:
+            if cut is None:
                 return await send(message)
-            if message["type"] == "http.response.start":  # the app's answer to a cut body: a 413 instead
-                await _too_large(limit, flag)(scope, receive, send)
+            if message["type"] == "http.response.start":  # the app's answer to a cut body: the cut's instead
+                await cut(scope, receive, send)
 
         return await target(scope, counted, replaced)
 
@@ -171,18 +205,11 @@ def create_app(state: ServerState, doors=()):
     limits = state.config.limits
 
     @app.exception_handler(RequestError)
-    async def _api_error(_, exc: RequestError):
-        return envelope(exc.status, exc.message, exc.param, exc.code, exc.kind)
-
     @app.exception_handler(UserError)
-    async def _user_error(_, exc: UserError):
-        return envelope(429 if isinstance(exc, QueueFull) else 400, str(exc),
-                        code="rate_limit_exceeded" if isinstance(exc, QueueFull) else None,
-                        kind="rate_limit_error" if isinstance(exc, QueueFull) else "invalid_request_error")
-
     @app.exception_handler(EngineDown)
-    async def _engine_down(_, exc: EngineDown):
-        return envelope(503, f"{exc}; restart the server", code="engine_down", kind="server_error")
+    @app.exception_handler(StreamFailed)
+    async def _refused(_, exc: Exception):
+        return error_envelope(as_request_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_, exc: StarletteHTTPException):
@@ -202,8 +229,8 @@ def create_app(state: ServerState, doors=()):
         error = state.unavailable()
         if error is not None:
             return envelope(error.status, error.message, code=error.code, kind=error.kind)
-        engine = state.synth.engine
-        return {"status": "ok", "outstanding_items": len(state.synth.outstanding), "requests_in_flight": state.in_flight,
+        engine = state.model.engine
+        return {"status": "ok", "outstanding_items": len(state.model.outstanding), "requests_in_flight": state.in_flight,
                 "max_batch": engine.max_batch, "max_queue": engine.max_queue}
 
     @app.get("/v1/models")
@@ -222,7 +249,7 @@ def create_app(state: ServerState, doors=()):
 
     @app.post("/v1/audio/voices")
     async def add_voice(request: Request):
-        synth = state.ready()
+        state.ready()
         form = await request.form(max_part_size=limits.max_upload_bytes)
         upload = form.get("file") or form.get("audio_sample")
         if upload is None or isinstance(upload, str):
@@ -232,7 +259,7 @@ def create_app(state: ServerState, doors=()):
             raise RequestError(400, "send the clip's transcript as the field 'text'", "text")
         name = form.get("name") or getattr(upload, "filename", None) or ""
         vid = voice_id(Path(str(name)[:256]).stem if not form.get("name") else str(name)[:256])
-        await save_voice(state, synth, upload.read, transcript, vid)
+        await save_voice(state, upload.read, transcript, vid)
         return {"id": vid, "name": vid}
 
     @app.delete("/v1/audio/voices/{vid}")
@@ -247,42 +274,48 @@ def create_app(state: ServerState, doors=()):
 
     @app.post("/v1/audio/speech")
     async def speech(request: Request):
-        synth = state.ready()
+        state.ready()
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise RequestError(400, "the request body is not valid JSON") from None
-        params = parse_speech(body, state.config)
-        if state.in_flight > limits.max_concurrent:  # this request is counted already (_guard)
-            raise too_busy(limits)
-        return await _speak(state, synth, request, params)
+        params = parse_speech(body, limits, state.config.settings)
+        speaking = Speaking(state, params, "http")
+        audio = _encoded(speaking, params)
+        request.scope["omnivoice_speech"].append((speaking, audio))  # closed by _guard, however the response ends
+        first = await _until_first_audio(request, speaking, audio, limits.request_timeout)
+        if params.stream_format == "sse":
+            return StreamingResponse(_sse_events(first, audio, speaking, params), media_type="text/event-stream",
+                                     headers=STREAM_HEADERS)
+        return StreamingResponse(_then(first, audio), media_type=CONTENT_TYPES[params.response_format],
+                                 headers=STREAM_HEADERS)
 
+    add_playground(app)
     return _guard(app, state, next((door for door in doors if hasattr(door, "handles")), None))
 
 
-async def _speak(state: ServerState, synth: Synthesizer, request: Request, params: SpeechParams):
-    """The request's first audio, then a response that streams the rest (and frees its place when done)."""
-    limits = state.config.limits
-    received_at = time.perf_counter()
-    job_box: list[SpeechJob] = request.scope.setdefault("omnivoice_jobs", [])
+async def _encoded(speaking: Speaking, params: SpeechParams):
+    """The request's whole life as its response body: each sentence's audio encoded (in an executor)
+    as it is ready. Anything that goes wrong, the encoder's failure included, raises through the
+    lifecycle, so the log line says so and the transfer is aborted rather than ended cleanly."""
+    async with speaking:
+        loop = asyncio.get_running_loop()
+        encoder = StreamEncoder(params.response_format, SAMPLE_RATE)
+        pool = speaking.model.encode_pool
+        try:
+            async for wav in speaking.pieces():
+                yield await loop.run_in_executor(pool, encoder.push, wav)  # b"" for a FLAC until its end
+            tail = await loop.run_in_executor(pool, encoder.close)
+            if tail:
+                yield tail
+        finally:
+            encoder.abort()
 
-    async def prepare():
-        job = await open_speech(state, synth, params, "http", received_at, job_box)
-        pieces = job.pieces()
-        return job, pieces, await pieces.__anext__()
 
-    job, pieces, first = await _until_first_audio(request, prepare(), limits.request_timeout, job_box)
-    body = _encoded(state, job, pieces, first, params)
-    if params.stream_format == "sse":
-        return StreamingResponse(_sse_body(body, job, params, synth), media_type="text/event-stream",
-                                 headers=STREAM_HEADERS)
-    return StreamingResponse(body, media_type=CONTENT_TYPES[params.response_format], headers=STREAM_HEADERS)
-
-
-async def _until_first_audio(request: Request, prepare, timeout: float, job_box: list):
+async def _until_first_audio(request: Request, speaking: Speaking, audio, timeout: float) -> bytes:
     """Voice, sentences, submission and the first sentence's audio; 504 past the timeout, and a client
-    that leaves before then has its items cancelled."""
-    task = asyncio.ensure_future(prepare)
+    that leaves before then has its work cancelled (ended through the lifecycle)."""
+    first = asyncio.ensure_future(audio.__anext__())
 
     async def watch():
         while not await request.is_disconnected():
@@ -290,80 +323,43 @@ async def _until_first_audio(request: Request, prepare, timeout: float, job_box:
 
     watcher = asyncio.ensure_future(watch())
     try:
-        done, _ = await asyncio.wait({task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({first, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watcher.cancel()
-    if task in done:
-        try:
-            return task.result()  # raises the request's own error (400, 429, ...)
-        except StreamFailed as exc:  # failed before any audio: an ordinary error response
-            job = job_box[0] if job_box else None
-            if job is not None:
-                job.status, job.reason = "error", str(exc)
-                job.finish()
-            raise RequestError(500 if exc.server_side else 400, str(exc), code="generation_failed",
-                               kind="server_error" if exc.server_side else "invalid_request_error") from None
-    task.cancel()
-    job = job_box[0] if job_box else None
-    if job is not None:
-        job.cancel()
-        job.status = "disconnected" if watcher in done else "timeout"
-        job.finish()
-    if watcher in done:
+    if first in done:
+        return first.result()  # or the request's own error (400, 404, 429, 500, ...)
+    left = watcher in done
+    speaking.end("disconnected" if left else "timeout")
+    first.cancel()
+    with contextlib.suppress(BaseException):
+        await first
+    if left:
         raise RequestError(499, "client closed the request", code="client_closed")
     raise RequestError(504, f"no audio within the request timeout ({timeout:g} s); retry with shorter input or fewer "
-                        "steps", code="timeout", kind="server_error")
+                            "steps", code="timeout", kind="server_error")
 
 
-async def _encoded(state: ServerState, job: SpeechJob, pieces, first: np.ndarray, params: SpeechParams):
-    """The response's audio, encoded (in an executor) as each chunk is ready. A client that goes away
-    has its rows removed; a failure raises StreamFailed, so the transfer is aborted rather than ended
-    cleanly; every request ends with its log line."""
-    loop = asyncio.get_running_loop()
-    encoder = StreamEncoder(params.response_format, SAMPLE_RATE)
-    try:
-        try:
-            async for wav in _audio(first, pieces):
-                chunk = await loop.run_in_executor(job.synth.encode_pool, encoder.push, wav)
-                if chunk:  # a FLAC's bytes all come at the end
-                    yield chunk
-            tail = await loop.run_in_executor(job.synth.encode_pool, encoder.close)
-            if tail:
-                yield tail
-        except StreamFailed as exc:
-            job.status, job.reason = "error", str(exc)
-            raise
-        except Exception as exc:  # an encoder or codec error after the headers
-            job.status, job.reason = "error", f"{type(exc).__name__}: {exc}"
-            raise StreamFailed(job.reason, server_side=True) from exc
-        except BaseException:
-            job.status = "shutdown" if state.draining else "disconnected"
-            raise
-    finally:
-        encoder.abort()
-        job.cancel()
-        job.finish()
+async def _then(first: bytes, rest):
+    if first:
+        yield first
+    async for chunk in rest:
+        if chunk:
+            yield chunk
 
 
-async def _audio(first: np.ndarray, pieces):
-    yield first
-    async for wav in pieces:
-        yield wav
-
-
-async def _sse_body(body, job: SpeechJob, params: SpeechParams, synth: Synthesizer):
+async def _sse_events(first: bytes, audio, speaking: Speaking, params: SpeechParams):
     """OpenAI's SSE events over the encoded audio; a failure is an `error` event, not a `done`."""
     try:
-        async for chunk in body:
+        async for chunk in _then(first, audio):
             event = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode("ascii")}
             yield f"data: {json.dumps(event)}\n\n"
-    except StreamFailed as exc:
-        event = {"type": "error", "error": {"message": str(exc), "type": "server_error" if exc.server_side
-                                            else "invalid_request_error", "code": "generation_failed"}}
+    except Exception as exc:  # the lifecycle has logged it
+        error = as_request_error(exc)
+        event = {"type": "error", "error": {"message": error.message, "type": error.kind, "code": "generation_failed"}}
         yield f"data: {json.dumps(event)}\n\n"
         return
-    input_tokens = len(synth.tts.tokenizer.encode(params.text))
-    output_tokens = job.output_frames()
+    input_tokens = len(speaking.model.tts.tokenizer.encode(params.text))
+    output_tokens = speaking.job.output_frames()
     done = {"type": "speech.audio.done", "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
                                                     "total_tokens": input_tokens + output_tokens}}
     yield f"data: {json.dumps(done)}\n\n"

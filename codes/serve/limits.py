@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 
 from codes.common.errors import UserError
 
+MAX_STEPS = 256  # decoding steps a request (num_steps) or the server's default (--num-steps) may ask for
 
 @dataclass(frozen=True)
 class Limits:
@@ -26,6 +27,8 @@ class Limits:
     max_concurrent: int = 64  # requests in flight (429)
     request_timeout: float = 300.0  # seconds to a request's first audio (504)
     max_request_seconds: float = 900.0  # seconds for a whole request (the stream then ends with an error)
+    body_seconds: float = 30.0  # for a request's whole body to arrive (408)
+    write_seconds: float = 30.0  # an HTTP client that reads none of its response for this long is let go
     drain_seconds: float = 30.0  # on SIGTERM, how long running requests may take to finish
     wyoming_max_connections: int = 16  # open Wyoming connections (the next gets an error event and is closed)
     wyoming_idle_seconds: float = 30.0  # a Wyoming client that sends nothing while nothing is spoken is closed
@@ -45,6 +48,9 @@ HELP = {
     "max_concurrent": "requests in flight at once (429 beyond)",
     "request_timeout": "seconds a request may wait for its first audio (504 beyond)",
     "max_request_seconds": "seconds a whole request may take (its stream then ends with an error)",
+    "body_seconds": "seconds a request's whole body may take to arrive (408 beyond)",
+    "write_seconds": "seconds an HTTP client may leave its response unread before it is let go, which frees "
+                     "its slot",
     "drain_seconds": "on SIGTERM, seconds running requests may take to finish before they are ended",
     "wyoming_max_connections": "open Wyoming connections at once (the next gets an error event and is closed)",
     "wyoming_idle_seconds": "seconds a Wyoming client may send nothing while none of its audio is being made "

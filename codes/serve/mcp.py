@@ -28,9 +28,11 @@ from codes.common.fileio import atomic_path
 from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.encode import CONTENT_TYPES, encode_whole
-from codes.serve.service import RequestError, ServerState, open_speech, parse_speech
-from codes.serve.service import save_voice as store_voice
-from codes.serve.speech import StreamFailed
+from codes.serve.errors import RequestError, StreamFailed, as_request_error
+from codes.serve.lifecycle import Speaking
+from codes.serve.params import parse_speech
+from codes.serve.service import ServerState
+from codes.serve.voice_uploads import save_voice as store_voice
 from codes.serve.voices import voice_id
 
 logger = logging.getLogger("omnivoice.serve")
@@ -46,7 +48,7 @@ def _tool_errors():
     try:
         yield
     except (RequestError, UserError, StreamFailed, EngineDown) as exc:
-        raise ToolError(str(exc)) from None
+        raise ToolError(as_request_error(exc).message) from None
 
 
 def _inside(path: Path, folders: list[Path]) -> bool:
@@ -70,23 +72,13 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
         with _tool_errors():
             fields = {"input": text, "voice": voice, "language": language, "instructions": instructions,
                       "speed": speed, "num_steps": num_steps, "seed": seed, "response_format": response_format}
-            params = parse_speech({k: v for k, v in fields.items() if v is not None}, state.config)
-            synth = state.admit()
-            try:
-                job = await open_speech(state, synth, params, "mcp")
-                try:
-                    pieces = [wav async for wav in job.pieces()]
-                except BaseException as exc:
-                    job.status = "error" if isinstance(exc, Exception) else "disconnected"
-                    job.reason = str(exc) if isinstance(exc, Exception) else None
-                    raise
-                finally:
-                    job.cancel()
-                    job.finish()
+            params = parse_speech({k: v for k, v in fields.items() if v is not None}, state.config.limits,
+                                  state.config.settings)
+            async with Speaking(state, params, "mcp") as speaking:
+                pieces = [wav async for wav in speaking.pieces()]
                 data = await asyncio.get_running_loop().run_in_executor(
-                    synth.encode_pool, encode_whole, np.concatenate(pieces), params.response_format, SAMPLE_RATE)
-            finally:
-                state.release()
+                    speaking.model.encode_pool, encode_whole, np.concatenate(pieces), params.response_format,
+                    SAMPLE_RATE)
             seconds = sum(len(wav) for wav in pieces) / SAMPLE_RATE
             summary = f"{seconds:.2f} s of speech, voice {params.voice}, {params.response_format}"
             content: list[AudioContent | TextContent] = [
@@ -94,7 +86,7 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
                              mime_type=CONTENT_TYPES[params.response_format])]
             if output_dir is not None:
                 path = await asyncio.get_running_loop().run_in_executor(
-                    None, _write_new, output_dir, job.request_id, params.response_format, data)
+                    None, _write_new, output_dir, speaking.job.request_id, params.response_format, data)
                 summary += f", written to {path}"
             return [*content, TextContent(text=summary)]
 
@@ -119,11 +111,7 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
             if not transcript.strip():
                 raise UserError("transcript is empty; give what the clip says")
             vid = voice_id(name)
-            synth = state.admit()
-            try:
-                await store_voice(state, synth, lambda: asyncio.to_thread(path.read_bytes), transcript, vid)
-            finally:
-                state.release()
+            await store_voice(state, lambda: asyncio.to_thread(path.read_bytes), transcript, vid)
             return f"saved voice {vid!r}; use it as speak's voice"
 
     return server

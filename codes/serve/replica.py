@@ -15,7 +15,7 @@ import time
 from ray import serve
 
 from codes.serve.app import create_app
-from codes.serve.startup import ServiceOptions, doors, load_synthesizer, pins_summary, service_state
+from codes.serve.startup import ServiceOptions, doors, load_model, pins_summary, service_state
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -29,7 +29,7 @@ class OmniVoiceReplica:
         start = time.perf_counter()
         self.options = options.for_replica(serve.get_replica_context().replica_id.unique_id)
         self.state = service_state(self.options)
-        self.state.synth = load_synthesizer(self.options, self.state.voices)
+        self.state.model = load_model(self.options, self.state.voices)
         logger.info("replica %s ready (%s, loaded in %.1f s; %s)", self.options.replica, self.options.model_dir.name,
                     time.perf_counter() - start, pins_summary(self.state))
 
@@ -44,5 +44,5 @@ class OmniVoiceReplica:
 
     def __del__(self):
         state = getattr(self, "state", None)
-        if state is not None and state.synth is not None:
-            state.synth.stop()
+        if state is not None and state.model is not None:
+            state.model.stop()

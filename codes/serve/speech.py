@@ -19,6 +19,7 @@ import logging
 import time
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx, Request, Voice
 from codes.serve.encode import FORMATS, encode_whole
+from codes.serve.errors import StreamFailed
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -37,15 +39,7 @@ LOOKAHEAD = 1  # sentences submitted ahead once the current one's codes are done
 QUEUE_RETRY_S = 0.05  # a later sentence that meets a full queue waits for room rather than failing
 
 
-class StreamFailed(Exception):
-    """A request's audio cannot go on (its item failed, the codec failed, its deadline passed)."""
-
-    def __init__(self, message: str, server_side: bool = True):
-        super().__init__(message)
-        self.server_side = server_side
-
-
-class Synthesizer:
+class LoadedModel:
     """The model, its step engine and the codec's decoding pool, shared by every request."""
 
     def __init__(self, tts: OmniVoiceOnnx, max_batch: int, max_queue: int):
@@ -95,10 +89,11 @@ class Synthesizer:
 
 
 @dataclass
-class SpeechJob:
-    """A request's sentences, their work items and what the request log line reports."""
+class SentenceStream:
+    """A request's sentences, their work items, and what its log line reports (codes/serve/lifecycle.py
+    owns when it starts and ends)."""
 
-    synth: Synthesizer
+    model: LoadedModel
     requests: list[Request]
     settings: GenerationSettings
     seed: int | None
@@ -116,6 +111,7 @@ class SpeechJob:
     replica: str | None = None  # the Ray Serve replica (NAME/PID) that speaks it, named in the log line
     closed: bool = True  # False while text may still arrive (extend(), then close())
     finished: bool = False  # its log line is written
+    waiting_for_text: Callable[[], None] | None = None  # called when every sentence so far is spoken and more may come
 
     def __post_init__(self):
         self.items = [None] * len(self.requests)
@@ -151,12 +147,7 @@ class SpeechJob:
         due = None
         if index > 0:  # needed once the chunk before it has played
             due = time.perf_counter() + self.requests[index - 1].target_len / FRAME_RATE
-        self.items[index] = self.synth.submit(self.requests[index], self.settings, noise, urgent=index == 0, due=due)
-
-    def start(self) -> None:
-        """Submit the first chunk; QueueFull here is the request's 429, before any response."""
-        if self.requests:
-            self._submit(0)
+        self.items[index] = self.model.submit(self.requests[index], self.settings, noise, urgent=index == 0, due=due)
 
     def _check_deadline(self) -> None:
         if time.perf_counter() > self.deadline:
@@ -176,7 +167,7 @@ class SpeechJob:
 
     async def _codes(self, index: int) -> np.ndarray:
         try:
-            return await asyncio.wait_for(self.synth.codes(self.items[index]), self._left())
+            return await asyncio.wait_for(self.model.codes(self.items[index]), self._left())
         except asyncio.TimeoutError:  # the loop's clock and perf_counter may differ by a hair
             raise _past_deadline() from None
         except (CancelledError, asyncio.CancelledError):
@@ -192,6 +183,8 @@ class SpeechJob:
             if index == len(self.requests):
                 if self.closed:
                     return
+                if self.waiting_for_text is not None:
+                    self.waiting_for_text()
                 self._grown.clear()
                 try:
                     await asyncio.wait_for(self._grown.wait(), self._left())
@@ -208,7 +201,7 @@ class SpeechJob:
                     except QueueFull:
                         pass
             try:
-                wav = await self.synth.decode(codes, self.ref_rms, self.settings)
+                wav = await self.model.decode(codes, self.ref_rms, self.settings)
             except Exception as exc:
                 raise StreamFailed(f"the codec failed on chunk {index + 1}: {type(exc).__name__}: {exc}") from exc
             if self.first_audio_at is None:
@@ -220,7 +213,7 @@ class SpeechJob:
     def cancel(self) -> None:
         for item in self.items:
             if item is not None:
-                self.synth.cancel(item)
+                self.model.cancel(item)
 
     def finish(self) -> None:
         """Write the request's log line, once."""

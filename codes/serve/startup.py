@@ -1,7 +1,7 @@
 """One server's setup from serve.py's flags: its state (voices, pins, limits) and its loaded model.
 
 Plain serve.py and every Ray Serve replica (codes/serve/cluster.py) build a server the same way:
-`service_options` checks the flags once, in the command; `service_state` and `load_synthesizer` run
+`service_options` checks the flags once, in the command; `service_state` and `load_model` run
 where the server runs (serve.py's process, or each replica's).
 """
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.runtime.settings import GenerationSettings
-from codes.serve.limits import Limits, limits_from_args
+from codes.serve.limits import MAX_STEPS, Limits, limits_from_args
 from codes.serve.origins import BrowserRules, browser_rules
-from codes.serve.service import MAX_STEPS, ServerConfig, ServerState
+from codes.serve.service import ServerConfig, ServerState
 from codes.serve.voices import DESIGN_VOICES, PIN_FOLDER, DesignPins, PinSettings, VoiceBook, Voices
 
 
@@ -96,23 +96,23 @@ def service_state(options: ServiceOptions) -> ServerState:
     return ServerState(config, voices)
 
 
-def load_synthesizer(options: ServiceOptions, voices: Voices):
+def load_model(options: ServiceOptions, voices: Voices):
     """The model loaded, warmed, its engine started and the preloaded design voices pinned (blocking)."""
     from codes.runtime.synthesis import OmniVoiceOnnx
-    from codes.serve.speech import Synthesizer
+    from codes.serve.speech import LoadedModel
 
     tts = OmniVoiceOnnx(options.model_dir, higgs_dir=options.higgs_dir, provider=options.provider,
                         threads=options.threads)
     tts.codec.load_decoder()
-    synth = Synthesizer(tts, options.max_batch, options.max_queue)
-    synth.warm_up()
-    synth.start()
+    model = LoadedModel(tts, options.max_batch, options.max_queue)
+    model.warm_up()
+    model.start()
     try:
-        voices.preload(synth, list(options.preload))
+        voices.preload(model, list(options.preload))
     except BaseException:
-        synth.stop()
+        model.stop()
         raise
-    return synth
+    return model
 
 
 def doors(options: ServiceOptions, state: ServerState, wyoming_uri: str | None = None,

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from concurrent.futures import CancelledError, Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Protocol
 
 from codes.common.errors import UserError
 from codes.common.fileio import write_json_atomic
@@ -34,7 +35,8 @@ from codes.runtime.duration import paced_frames
 from codes.runtime.reference import trim_voice
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE
-from codes.runtime.synthesis import Voice
+from codes.runtime.engine import WorkItem
+from codes.runtime.synthesis import OmniVoiceOnnx, Request, Voice
 from codes.runtime.text import contains_chinese
 from codes.runtime.voice_design import resolve_instruct
 
@@ -67,6 +69,18 @@ PIN_SECONDS = 1.5  # measured: docs/DESIGN.md §pin-length
 PIN_FOLDER = "pinned"
 LOCK_FILE = ".lock"  # in the voices folder: held while a save counts the saved voices and adds one
 _ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
+class PinEngine(Protocol):
+    """What pinning needs of the loaded model (codes/serve/speech.py LoadedModel): its TTS to settle
+    the pin's sentence, and the step engine to run that sentence and to cancel it."""
+
+    tts: OmniVoiceOnnx
+
+    def submit(self, request: Request, settings: GenerationSettings, noise, urgent: bool = False,
+               due: float | None = None) -> WorkItem: ...
+
+    def cancel(self, item: WorkItem) -> None: ...
 
 
 def voice_id(name: str) -> str:
@@ -195,8 +209,8 @@ class DesignPins:
         slug = re.sub(r"[^a-z0-9]+", "-", instruct.lower()).strip("-")[:48] or "voice"
         return self.folder / f"{slug}-{digest}.npz"
 
-    def get(self, synth, instruct: str) -> Future:
-        """A Future of the pinned Voice for a resolved instruct; synthesized through `synth` if new."""
+    def get(self, model: PinEngine, instruct: str) -> Future:
+        """A Future of the pinned Voice for a resolved instruct; synthesized through `model` if new."""
         instruct = canonical_instruct(instruct)
         with self._lock:
             future = self._pins.get(instruct)
@@ -216,13 +230,13 @@ class DesignPins:
                 logger.info("loaded pinned voice design %r from %s", instruct, path)
                 future.set_result(voice)
                 return future
-        self._synthesize(synth, instruct, path, future)
+        self._synthesize(model, instruct, path, future)
         return future
 
-    async def wait(self, synth, instruct: str) -> Voice:
+    async def wait(self, model: PinEngine, instruct: str) -> Voice:
         """The pinned Voice, for a request; a pinning that every request waiting on it has left stops."""
         instruct = canonical_instruct(instruct)
-        future = self.get(synth, instruct)
+        future = self.get(model, instruct)
         with self._lock:
             self._waiters[instruct] = self._waiters.get(instruct, 0) + 1
         try:
@@ -235,7 +249,7 @@ class DesignPins:
                 if not self._waiters[instruct]:
                     del self._waiters[instruct]
             if item is not None:
-                synth.cancel(item)
+                model.cancel(item)
 
     def _forget_oldest(self) -> None:
         """Keep at most max_pinned in memory, dropping the least recently used that are done (caller locks)."""
@@ -245,11 +259,11 @@ class DesignPins:
             if self._pins[instruct].done() and instruct not in self._waiters:
                 del self._pins[instruct]
 
-    def _synthesize(self, synth, instruct: str, path: Path, future: Future) -> None:
+    def _synthesize(self, model: PinEngine, instruct: str, path: Path, future: Future) -> None:
         text, started = self.settings.text, time.perf_counter()
         try:
-            request = synth.tts.settle([text], "en", instruct, None, num_frames=paced_frames(text))[0]
-            item = synth.submit(request, GenerationSettings(num_steps=self.settings.num_steps),
+            request = model.tts.settle([text], "en", instruct, None, num_frames=paced_frames(text))[0]
+            item = model.submit(request, GenerationSettings(num_steps=self.settings.num_steps),
                                 RandomNoise(self.settings.seed), urgent=True)
         except Exception as exc:
             future.set_exception(exc)
@@ -312,15 +326,16 @@ class Voices:
     def design_instruct(self, name: str, instructions: str | None, text: str = "") -> str:
         return resolve_instruct(instructions or DESIGN_VOICES[name], use_zh=contains_chinese(text))
 
-    def preload(self, synth, names: list[str]) -> list[Voice]:
+    def preload(self, model: PinEngine, names: list[str]) -> list[Voice]:
         """Pin these design voices now (blocking): each from disk, or synthesized."""
-        futures = [self.pins.get(synth, self.design_instruct(name, None)) for name in names]
+        futures = [self.pins.get(model, self.design_instruct(name, None)) for name in names]
         return [future.result() for future in futures]
 
-    async def resolve(self, synth, name: str, instructions: str | None, text: str) -> tuple[Voice | None, str | None]:
+    async def resolve(self, model: PinEngine, name: str, instructions: str | None,
+                      text: str) -> tuple[Voice | None, str | None]:
         """(clone prompt, instruct) for a request; UserError for an unknown voice."""
         if name in DESIGN_VOICES:
-            return await self.pins.wait(synth, self.design_instruct(name, instructions, text)), None
+            return await self.pins.wait(model, self.design_instruct(name, instructions, text)), None
         loop = asyncio.get_running_loop()
         path = await loop.run_in_executor(None, self.book.saved_path, name)
         if path is None:  # the message lists the folder: read off the loop too

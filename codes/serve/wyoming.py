@@ -5,7 +5,7 @@
 - synthesize -> audio-start (24 kHz, 16-bit, mono), an audio-chunk per piece as each is decoded,
   audio-stop.
 - synthesize-start, synthesize-chunk..., synthesize-stop: each sentence joins the engine as soon as
-  it is complete (service.TextSpeech), so the first is spoken while the reply is still being
+  it is complete (lifecycle.Speaking.push), so the first is spoken while the reply is still being
   written; the stop flushes the rest, then audio-stop and synthesize-stopped. A plain synthesize
   inside a stream is Home Assistant's copy of the same text for older servers, and is ignored.
 - Refusals (unknown voice, empty text, a full queue, the server loading, a second synthesize-start
@@ -36,12 +36,14 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from codes import __version__
 from codes.common.errors import UserError
-from codes.runtime.engine import QueueFull
+from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
 from codes.runtime.voice_design import LANGUAGE_IDS
 from codes.serve.encode import pcm16
-from codes.serve.service import RequestError, ServerState, SpeechParams, TextSpeech, open_speech, parse_speech
-from codes.serve.speech import SpeechJob, StreamFailed
+from codes.serve.errors import RequestError, StreamFailed, as_request_error
+from codes.serve.lifecycle import Speaking
+from codes.serve.params import parse_speech
+from codes.serve.service import ServerState
 from codes.serve.wyoming_wire import MAX_HEADER_BYTES, EventRefused, encoded, read_event
 
 logger = logging.getLogger("omnivoice.serve")
@@ -99,7 +101,8 @@ def _fields(voice, text: str | None) -> dict:
 
 class SpeechHandler(AsyncEventHandler):
     """One client connection; its requests run one after another, each in a task, so the handler
-    keeps reading (text chunks, or the end of the connection) while audio is sent."""
+    keeps reading (text chunks, or the end of the connection) while audio is sent. Each request's
+    life is a lifecycle.Speaking; this class only translates events to and from it."""
 
     def __init__(self, door: "WyomingDoor", *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -107,11 +110,11 @@ class SpeechHandler(AsyncEventHandler):
         self.limits = door.state.config.limits
         self.task: asyncio.Task | None = None  # the request being spoken
         self.streaming = False  # between synthesize-start and synthesize-stop
-        self.stream: TextSpeech | None = None  # that stream, while it is taking text
+        self.stream: Speaking | None = None  # that stream, while it is taking text
 
     async def run(self) -> None:
         """The package's loop, on the bounded reader: a refused event or an idle client gets an error
-        event where it can and the connection ends (which cancels and releases its request)."""
+        event where it can and the connection ends (which ends its request)."""
         self._is_running = True
         try:
             while self._is_running:
@@ -152,7 +155,7 @@ class SpeechHandler(AsyncEventHandler):
         logger.warning("wyoming: closing a connection: %s", message)
         with contextlib.suppress(ConnectionError):
             if self.stream is not None:
-                await self._end_stream(self.stream.job, message, code)
+                await self._end_stream(message, code)
             else:
                 await self._error(message, code)
 
@@ -182,7 +185,7 @@ class SpeechHandler(AsyncEventHandler):
             if not self.streaming:  # inside a stream it repeats the streamed text for older servers
                 await self._wait()
                 request = Synthesize.from_event(event)
-                self.task = asyncio.create_task(self._one_shot(request))
+                self._begin(_fields(request.voice, request.text), streamed_text=False)
             return True
         if SynthesizeStart.is_type(event.type):
             if self.streaming:  # waiting for the open stream's end would wait for a stop that may never come
@@ -191,7 +194,7 @@ class SpeechHandler(AsyncEventHandler):
                 return True
             await self._wait()
             self.streaming = True
-            await self._start_stream(SynthesizeStart.from_event(event))
+            self.stream = self._begin(_fields(SynthesizeStart.from_event(event).voice, None), streamed_text=True)
             return True
         if SynthesizeChunk.is_type(event.type):
             if self.stream is not None:
@@ -223,100 +226,65 @@ class SpeechHandler(AsyncEventHandler):
     async def _error(self, message: str, code: str | None = None) -> None:
         await self.write_event(Error(text=message, code=code).event())
 
+    def _begin(self, fields: dict, streamed_text: bool) -> Speaking | None:
+        """A request spoken in its own task; a refusal of its fields is an error event in that task."""
+        try:
+            params = parse_speech(fields, self.limits, self.state.config.settings, streamed_text=streamed_text)
+        except (RequestError, UserError) as exc:
+            self.task = asyncio.create_task(self._report(exc))
+            return None
+        speaking = Speaking(self.state, params, "wyoming", streamed_text=streamed_text)
+        self.task = asyncio.create_task(self._speak(speaking))
+        return speaking
+
     async def _refusing(self, action, *args) -> None:
-        """Run a stream's push or close; a refusal (text past the limit, a full queue) ends that
+        """Run a stream's push or close; a refusal (text past the limit, a full server) ends that
         stream with an error event, and the rest of its text is ignored."""
         try:
             action(*args)
-        except (RequestError, UserError) as exc:
-            await self._end_stream(self.stream.job, str(exc), _code(exc))
+        except Exception as exc:
+            error = as_request_error(exc)
+            await self._end_stream(error.message, _code(error))
 
-    async def _end_stream(self, job: SpeechJob, message: str, code: str | None) -> None:
-        self.stream = None
-        job.status, job.reason = "error", message
-        job.cancel()
-        job.close()
+    async def _end_stream(self, message: str, code: str | None) -> None:
+        stream, self.stream = self.stream, None
+        stream.end("error", message)
         await self._error(message, code)
 
-    async def _one_shot(self, request: Synthesize) -> None:
+    async def _speak(self, speaking: Speaking) -> None:
+        """The request's life: audio-start, each piece's audio as it is decoded, audio-stop; an error
+        event for a refusal or a failure."""
         try:
-            params = parse_speech(_fields(request.voice, request.text), self.state.config)
-            synth = self.state.admit()
-        except (RequestError, UserError) as exc:
-            return await self._error(str(exc), _code(exc))
-        try:
-            try:
-                job = await open_speech(self.state, synth, params, "wyoming")
-            except (RequestError, UserError, StreamFailed) as exc:
-                return await self._error(str(exc), _code(exc))
-            await self._speak(job)
-        finally:
-            self.state.release()
+            async with speaking:
+                started = False
+                async for wav in speaking.pieces():
+                    if not started:
+                        await self.write_event(AudioStart(rate=SAMPLE_RATE, width=WIDTH, channels=CHANNELS).event())
+                        started = True
+                    for start in range(0, len(wav), CHUNK_SAMPLES):
+                        audio = pcm16(wav[start:start + CHUNK_SAMPLES], SAMPLE_RATE)
+                        await self.write_event(AudioChunk(rate=SAMPLE_RATE, width=WIDTH, channels=CHANNELS,
+                                                          audio=audio).event())
+                if started and speaking.completed:
+                    await self.write_event(AudioStop().event())
+        except ConnectionError:  # the client left, or stopped reading: nothing more can reach it
+            pass
+        except (RequestError, UserError, StreamFailed, EngineDown) as exc:
+            await self._report(exc)
 
-    async def _start_stream(self, start: SynthesizeStart) -> None:
-        try:
-            params: SpeechParams = parse_speech(_fields(start.voice, None), self.state.config,
-                                                streamed_text=True)
-            synth = self.state.admit()
-        except (RequestError, UserError) as exc:
-            return await self._error(str(exc), _code(exc))
-        self.stream = TextSpeech(self.state, synth, params, "wyoming")
-        self.task = asyncio.create_task(self._streamed(self.stream))
-
-    async def _streamed(self, stream: TextSpeech) -> None:
-        try:
-            try:
-                await stream.open()
-            except (RequestError, UserError) as exc:
-                await self._end_stream(stream.job, str(exc), _code(exc))
-                return stream.job.finish()
-            await self._speak(stream.job)
-        finally:
-            self.state.release()
-
-    async def _speak(self, job: SpeechJob) -> None:
-        """audio-start, each piece's audio as it is decoded, audio-stop; the log line at the end."""
-        started = False
-        try:
-            async for wav in job.pieces():
-                if not started:
-                    await self.write_event(AudioStart(rate=SAMPLE_RATE, width=WIDTH, channels=CHANNELS).event())
-                    started = True
-                for start in range(0, len(wav), CHUNK_SAMPLES):
-                    audio = pcm16(wav[start:start + CHUNK_SAMPLES], SAMPLE_RATE)
-                    await self.write_event(AudioChunk(rate=SAMPLE_RATE, width=WIDTH, channels=CHANNELS,
-                                                      audio=audio).event())
-            if job.status == "error":  # refused mid-stream: the error event is sent already
-                return
-            if started:
-                await self.write_event(AudioStop().event())
-            elif not job.requests:
-                job.status, job.reason = "error", "no text"
-                await self._error("the text is empty; send at least one word to speak", "empty_text")
-        except StreamFailed as exc:
-            job.status, job.reason = "error", str(exc)
-            await self._error(str(exc), "generation_failed")
-        except ConnectionError as exc:  # the client left, or stopped reading, while audio was being sent
-            job.status = "disconnected"
-            if isinstance(exc, ClientStalled):
-                job.reason = str(exc)
-        except asyncio.CancelledError:
-            if job.status == "error":  # its items were cancelled because the stream was refused
-                return
-            job.status = "disconnected"
-            raise
-        finally:
-            job.cancel()
-            job.finish()
+    async def _report(self, exc: Exception) -> None:
+        error = as_request_error(exc)
+        with contextlib.suppress(ConnectionError):
+            await self._error(error.message, _code(error))
 
 
 class ClientStalled(ConnectionError):
     """The client left its audio unread past --wyoming-write-seconds."""
 
 
-def _code(exc: Exception) -> str | None:
+def _code(error: RequestError) -> str | None:
     """The error event's code: the service's own, or what kind of refusal it was."""
-    return getattr(exc, "code", None) or ("queue_full" if isinstance(exc, QueueFull) else None)
+    return error.code or ("queue_full" if error.status == 429 else None)
 
 
 class WyomingDoor:

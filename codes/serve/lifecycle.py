@@ -1,0 +1,196 @@
+"""A speech request's life, written once for every door (after vLLM's AsyncLLM.generate, one path
+that adds the request, yields its outputs and aborts it in `finally` when the caller goes away).
+
+    async with Speaking(state, params, door) as speaking:
+        async for wav in speaking.pieces():
+            ...  # the door's protocol: HTTP bytes, Wyoming events, an MCP result
+
+Entering admits the request (one count, one rule for every door: 503 while the server cannot work,
+429 past --max-concurrent), resolves its voice and queues its first sentence. Leaving records how it
+ended, cancels whatever work the client left behind, frees its slot and writes its one log line,
+whatever the door did: finished, raised, was cancelled or went away. A door only translates.
+
+A request whose text comes in pieces (`streamed_text`: Wyoming's synthesize-chunk, an LLM's reply)
+takes text with push() and close(); it holds a slot only while it has text to speak: taken when a
+sentence is ready, given back while it waits for more (docs/DESIGN.md §wyoming-bounds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from codes.common.errors import UserError
+from codes.runtime.chunks import TextStream, stream_chunks
+from codes.runtime.engine import QueueFull
+from codes.serve.errors import RequestError, as_request_error
+from codes.serve.params import SpeechParams
+from codes.serve.service import ServerState
+from codes.serve.speech import SentenceStream, settle_sentences
+from codes.serve.voices import DESIGN_VOICES, UnknownVoice
+
+logger = logging.getLogger("omnivoice.serve")
+
+
+class Speaking:
+    """One speech request from admission to its log line (see the module's docstring)."""
+
+    def __init__(self, state: ServerState, params: SpeechParams, door: str, streamed_text: bool = False,
+                 received_at: float | None = None):
+        self.state, self.params, self.door, self.streamed_text = state, params, door, streamed_text
+        self.received_at = time.perf_counter() if received_at is None else received_at
+        self.text = TextStream()
+        self.chars = 0
+        self.voice = self.instruct = None
+        self.model = None  # the loaded model, once admitted
+        self.job: SentenceStream | None = None  # made on entering
+        self.held: list[tuple[list[str], int]] = []  # streamed text that came before the voice was resolved
+        self.holds_slot = False
+        self.opened = False  # the voice is resolved: text goes to the job, not to `held`
+        self.closing = False
+        self.completed = False  # every piece was given out
+        self.ended: tuple[str, str | None] | None = None  # (status, reason) when the door ended it early
+
+    # --- the life ---------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> "Speaking":
+        self.model = self.state.ready()  # 503 before any work
+        if not self.streamed_text:
+            self._admit()
+        try:
+            self.job = self._new_job()
+            self.voice, self.instruct = await self._resolve_voice()
+            self.job.ref_rms = self.voice.rms if self.voice else None
+            self.opened = True
+            if not self.streamed_text:
+                chunks = stream_chunks(self.params.text)
+                if not chunks:
+                    raise RequestError(400, "input has nothing to speak", "input")
+                self._add(chunks, len(self.params.text), self.params.duration)
+                self.close()
+            else:
+                for chunks, chars in self.held:
+                    self._add(chunks, chars)
+                self.held = []
+                if self.closing:
+                    self.job.close()
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self
+
+    async def __aexit__(self, kind, exc, tb) -> None:
+        job = self.job
+        try:
+            if job is not None:
+                job.status, job.reason = self._outcome(exc)
+                job.cancel()
+                job.close()
+                job.finish()
+        finally:
+            self._release()
+
+    def _outcome(self, exc: BaseException | None) -> tuple[str, str | None]:
+        """How the request ended, for its log line: the door's word where it ended it early."""
+        if self.ended is not None:
+            return self.ended
+        gone = "shutdown" if self.state.draining else "disconnected"
+        if exc is None:
+            return ("ok", None) if self.completed else (gone, None)
+        if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+            return gone, None
+        if isinstance(exc, ConnectionError):  # the client left, or stopped reading
+            return "disconnected", str(exc) or None
+        return "error", as_request_error(exc).message
+
+    def end(self, status: str, reason: str | None = None) -> None:
+        """The door ends the request early (a timeout it keeps, a refused stream): its items are
+        cancelled now, pieces() stops, and the log line says `status`."""
+        if self.ended is None:
+            self.ended = (status, reason)
+        if self.job is not None:
+            self.job.cancel()
+            self.job.close()
+
+    async def pieces(self):
+        """Each sentence's audio (float32, 24 kHz) in order as it is decoded; StreamFailed if one
+        cannot be made. A stream that ends with nothing said is refused here, for every door."""
+        try:
+            async for wav in self.job.pieces():
+                yield wav
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self.ended is None or (task is not None and task.cancelling()):
+                raise
+            return  # ended by the door: its items' cancellation reached this wait
+        if self.ended is not None:
+            return
+        if not self.job.requests:
+            raise RequestError(400, "the text is empty; send at least one word to speak", "input", "empty_text")
+        self.completed = True
+
+    def _new_job(self) -> SentenceStream:
+        """The request's sentences, empty until its voice is known (every door's jobs are made here)."""
+        config = self.state.config
+        return SentenceStream(self.model, [], self.params.settings, self.params.seed, None, 0, self.received_at,
+                              deadline=self.received_at + config.limits.max_request_seconds,
+                              request_id=next(self.state.request_ids), door=self.door, replica=config.replica,
+                              closed=False, waiting_for_text=self._release if self.streamed_text else None)
+
+    # --- streamed text ----------------------------------------------------------------------------
+
+    def push(self, text: str) -> None:
+        limit = self.state.config.limits.max_input_chars
+        if self.chars + len(text) > limit:
+            raise RequestError(400, f"the text is over {limit} characters, the most --max-input-chars allows",
+                               "input", "input_too_long")
+        self.chars += len(text)
+        self._add(self.text.push(text), len(text))
+
+    def close(self) -> None:
+        """No more text: what is pending is spoken, and pieces() ends after it."""
+        if self.streamed_text and not self.closing:
+            self._add(self.text.flush(), 0)
+        self.closing = True
+        if self.opened:
+            self.job.close()
+
+    def _add(self, chunks: list[str], chars: int, duration: float | None = None) -> None:
+        if self.ended is not None:  # the door ended it: the rest of its text is not spoken
+            return
+        if not self.opened:
+            self.held.append((chunks, chars))
+            return
+        if not chunks:
+            self.job.chars += chars
+            return
+        if not self.holds_slot:
+            self._admit()
+        requests = settle_sentences(self.model.tts, chunks, self.params.language, self.instruct, self.voice,
+                                    duration, self.params.speed, self.params.settings)
+        self.job.extend(requests, chars)  # QueueFull for a first sentence: the request's 429
+
+    # --- admission and the voice ------------------------------------------------------------------
+
+    def _admit(self) -> None:
+        self.state.admit()
+        self.holds_slot = True
+
+    def _release(self) -> None:
+        if self.holds_slot:
+            self.holds_slot = False
+            self.state.release()
+
+    async def _resolve_voice(self):
+        params = self.params
+        try:
+            return await self.state.voices.resolve(self.model, params.voice, params.instructions, params.text)
+        except UnknownVoice as exc:
+            raise RequestError(404, str(exc), "voice", "voice_not_found") from None
+        except QueueFull:
+            raise
+        except UserError as exc:
+            if params.voice in DESIGN_VOICES:
+                raise RequestError(400, str(exc), "instructions") from None
+            raise RequestError(400, str(exc), "voice", "voice_unreadable") from None

@@ -1,0 +1,116 @@
+"""A speech request's fields, checked once for every door: OpenAI's names and ours, over the server's
+generation settings (the per-request numbers are codes/runtime/settings.py's TUNABLE, not re-listed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from codes.common.errors import UserError
+from codes.runtime.settings import TUNABLE, GenerationSettings
+from codes.serve.encode import check_format
+from codes.serve.errors import RequestError
+from codes.serve.limits import MAX_STEPS, Limits, excerpt
+
+MODEL_IDS = ("omnivoice", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # OpenAI's names are accepted as aliases
+SPEED_RANGE = (0.25, 4.0)
+MAX_DURATION = 3600.0  # seconds: a bound for `duration`, far past any speech request
+MAX_SETTING = 1e6  # |value| of a float setting: finite is not enough, 1e308 overflows the maths
+SPEECH_FIELDS = {"model", "input", "voice", "instructions", "response_format", "speed", "stream_format",
+                 "language", "duration", "seed", "stream", "user", *TUNABLE}
+
+
+def _number(body: dict, name: str, whole: bool = False):
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (whole and not isinstance(value, int)):
+        shown = excerpt(value) if isinstance(value, str) else excerpt(repr(value))
+        raise RequestError(400, f"{name} must be {'a whole number' if whole else 'a number'}, got {shown}", name)
+    if not math.isfinite(value):
+        raise RequestError(400, f"{name} must be finite, got {value!r}", name)
+    return value
+
+
+def _text(body: dict, name: str, required: bool = False, limit: int | None = None) -> str | None:
+    value = body.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        got = "" if value is None else f", got {type(value).__name__}"
+        raise RequestError(400, f"{name} must be a string{got}", name)
+    if limit is not None and len(value) > limit:
+        raise RequestError(400, f"{name} is {len(value)} characters ({excerpt(value)}); the limit is {limit}", name)
+    return value
+
+
+@dataclass
+class SpeechParams:
+    text: str
+    voice: str
+    instructions: str | None
+    response_format: str
+    stream_format: str
+    speed: float | None
+    language: str | None
+    duration: float | None
+    seed: int | None
+    settings: GenerationSettings
+
+
+def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_text: bool = False) -> SpeechParams:
+    """A speech request's fields (OpenAI's names, and ours) checked against the limits, over the
+    server's generation settings (`defaults`); every door builds its requests through this. With
+    `streamed_text` the text comes later (Speaking.push)."""
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    unknown = sorted(set(body) - SPEECH_FIELDS)
+    if unknown:
+        names = ", ".join(excerpt(str(name)) for name in unknown[:5])
+        raise RequestError(400, f"unknown field(s): {names}; known: {', '.join(sorted(SPEECH_FIELDS))}",
+                           str(unknown[0])[:64])
+    _text(body, "model", limit=64)
+    text = "" if streamed_text else _text(body, "input", required=True, limit=limits.max_input_chars)
+    if not streamed_text and not text.strip():
+        raise RequestError(400, "input is empty; give at least one word to speak", "input")
+    voice = body.get("voice")
+    if isinstance(voice, dict):
+        voice = voice.get("id")
+    if not isinstance(voice, str) or not voice:
+        raise RequestError(400, "voice is required: a built-in name (alloy, ash, ...) or a saved voice's id", "voice")
+    if len(voice) > 64:
+        raise RequestError(404, f"unknown voice {excerpt(voice)}: voice ids are at most 64 characters", "voice",
+                           "voice_not_found")
+    instructions = _text(body, "instructions", limit=limits.max_instructions_chars)
+    language = _text(body, "language", limit=limits.max_language_chars)
+    response_format = _text(body, "response_format", limit=16) or "mp3"
+    try:
+        check_format(response_format)
+    except UserError as exc:
+        raise RequestError(400, str(exc), "response_format") from None
+    stream_format = _text(body, "stream_format", limit=16) or "audio"
+    if stream_format not in ("audio", "sse"):
+        raise RequestError(400, f"stream_format must be 'audio' or 'sse', got {stream_format!r}", "stream_format")
+    speed = _number(body, "speed")
+    if speed is not None and not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
+        raise RequestError(400, f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}, got {speed}", "speed")
+    changes = {name: _number(body, name, whole=kind is int) for name, kind in TUNABLE.items()}
+    if changes["num_steps"] is not None and not 1 <= changes["num_steps"] <= MAX_STEPS:
+        raise RequestError(400, f"num_steps must be between 1 and {MAX_STEPS}, got {changes['num_steps']}", "num_steps")
+    for name, value in changes.items():
+        if value is not None and abs(value) > MAX_SETTING:
+            raise RequestError(400, f"{name} must be within ±{MAX_SETTING:g}, got {value:g}", name)
+    try:
+        settings = defaults.replace(**{k: v for k, v in changes.items() if v is not None})
+    except UserError as exc:
+        raise RequestError(400, str(exc), next((n for n in TUNABLE if str(exc).startswith(n)), None)) from None
+    duration = _number(body, "duration")
+    if duration is not None and not 0 < duration <= MAX_DURATION:
+        raise RequestError(400, f"duration must be > 0 and at most {MAX_DURATION:g} seconds, got {duration:g}",
+                           "duration")
+    seed = _number(body, "seed", whole=True)
+    if seed is not None and not 0 <= seed < 2**63:
+        raise RequestError(400, f"seed must be between 0 and 2**63 - 1, got {seed}", "seed")
+    return SpeechParams(text, voice, instructions, response_format, stream_format,
+                        None if speed is None or speed == 1.0 else float(speed), language, duration, seed, settings)

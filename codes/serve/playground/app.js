@@ -1,0 +1,244 @@
+// The page's state: the voice list, the design items, speaking, cloning and deleting, and errors shown
+// in the alert. Every call goes through api.js; nothing here knows more of the server than a client does.
+
+import { ApiError, deleteVoice, listModels, listVoices, saveVoice, speakStream, storeKey, storedKey } from "./api.js";
+import { EncodedPlayer, StreamPlayer } from "./player.js";
+
+const $ = (id) => document.getElementById(id);
+// The Format select's values are the API's response formats; WAV is made in the page from "pcm".
+const CONTENT_TYPES = { mp3: "audio/mpeg", aac: "audio/aac", opus: "audio/ogg", flac: "audio/flac" };
+let player = null; // the last Speak's player
+let model = "omnivoice";
+let recording = null; // {recorder, startedAt, timer} while the microphone records
+let recorded = null; // the last recording: {blob, filename}
+
+// --- errors and the key -----------------------------------------------------------------------
+
+function showError(error) {
+  if (error instanceof ApiError && error.status === 401) {
+    $("key-form").hidden = false;
+    $("key").focus();
+  }
+  const status = error instanceof ApiError && error.status ? `${error.status}: ` : "";
+  $("error").textContent = `${status}${error.message}`;
+}
+
+function clearError() {
+  $("error").textContent = "";
+}
+
+// Runs an action, showing what fails; the buttons in `busy` are disabled meanwhile (Delete voice then
+// follows the voice picked, which the action may have changed).
+async function guarded(action, ...busy) {
+  clearError();
+  busy.forEach((button) => { button.disabled = true; });
+  try {
+    return await action();
+  } catch (error) {
+    showError(error);
+  } finally {
+    busy.forEach((button) => { button.disabled = false; });
+    updateDelete();
+  }
+}
+
+$("key-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  storeKey($("key").value.trim());
+  guarded(loadVoices);
+});
+
+// --- voices -----------------------------------------------------------------------------------
+
+async function loadVoices(selected) {
+  const voices = await listVoices();
+  const select = $("voice");
+  const keep = selected || select.value;
+  select.replaceChildren(...voices.map((voice) => {
+    const option = new Option(voice.kind === "design" ? `${voice.name} (${voice.instruct})` : voice.name, voice.id);
+    option.dataset.kind = voice.kind || "saved";
+    return option;
+  }));
+  if (voices.some((voice) => voice.id === keep)) select.value = keep;
+  $("saved-voices").replaceChildren(...voices.filter((voice) => voice.kind !== "design").map((voice) => {
+    const item = document.createElement("li");
+    item.textContent = voice.name;
+    return item;
+  }));
+  if (!$("saved-voices").children.length) $("saved-voices").append(Object.assign(document.createElement("li"), {
+    textContent: "none yet: clone one above",
+  }));
+  updateDelete();
+  $("key-form").hidden = !storedKey();
+  const models = await listModels();
+  if (models.length && !models.includes(model)) model = models[0];
+}
+
+function updateDelete() {
+  const option = $("voice").selectedOptions[0];
+  $("delete").disabled = !option || option.dataset.kind === "design";
+}
+
+$("voice").addEventListener("change", updateDelete);
+
+$("delete").addEventListener("click", () => guarded(async () => {
+  const id = $("voice").value;
+  if (!window.confirm(`Delete the voice "${id}" from the server?`)) return;
+  await deleteVoice(id);
+  await loadVoices();
+}, $("delete")));
+
+// --- design -----------------------------------------------------------------------------------
+
+// Upstream's controlled vocabulary, joined as the runtime reads it: English items with ", ", or, with a
+// Chinese dialect, Chinese items with "，" (codes/runtime/voice_design.py translates the English ones).
+const TO_CHINESE = {
+  "male": "男", "female": "女", "child": "儿童", "teenager": "少年", "young adult": "青年", "middle-aged": "中年",
+  "elderly": "老年", "very low pitch": "极低音调", "low pitch": "低音调", "moderate pitch": "中音调",
+  "high pitch": "高音调", "very high pitch": "极高音调", "whisper": "耳语",
+};
+
+function designInstructions() {
+  const items = ["gender", "age", "pitch"].map((id) => $(id).value).filter(Boolean);
+  if ($("whisper").checked) items.push("whisper");
+  const accent = $("accent").value;
+  if (accent.endsWith("话")) return [...items.map((item) => TO_CHINESE[item]), accent].join("，");
+  if (accent) items.push(accent);
+  return items.join(", ");
+}
+
+document.querySelectorAll("[data-design]").forEach((control) => control.addEventListener("change", () => {
+  $("instructions").value = designInstructions();
+}));
+
+// --- speaking ---------------------------------------------------------------------------------
+
+// Sentences as the page counts them for the progress bar: the server cuts at the same marks, but may
+// split the first sentence into clauses and join short later ones, so the bar is a guide, not its count.
+function sentenceCount(text) {
+  const sentences = text.split(/(?<=[.!?…])\s+|(?<=[。！？])/u).filter((part) => part.trim());
+  return Math.max(sentences.length, 1);
+}
+
+function showProgress(done, total, words) {
+  const bar = $("progress");
+  bar.max = total;
+  bar.value = done;
+  bar.hidden = false;
+  $("progress-label").hidden = false;
+  $("progress-label").textContent = words;
+}
+
+function hideProgress() {
+  $("progress").hidden = true;
+  $("progress-label").hidden = true;
+}
+
+function speechRequest(format) {
+  const request = {
+    model, input: $("text").value, voice: $("voice").value, response_format: format === "wav" ? "pcm" : format,
+    speed: Number($("speed").value) || 1,
+  };
+  const language = $("language").value;
+  if (language) request.language = language;
+  const steps = $("steps").value;
+  if (steps) request.num_steps = Number(steps);
+  const instructions = $("instructions").value.trim();
+  if (instructions) request.instructions = instructions;
+  return request;
+}
+
+$("speak-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  $("download").hidden = true;
+  const format = $("format").value;
+  if (player) player.stop();
+  player = format === "wav" ? new StreamPlayer($("player")) : new EncodedPlayer($("player"), CONTENT_TYPES[format]);
+  player.start(); // in the click itself: the browser lets audio start only from a user's action
+  guarded(async () => {
+    try {
+      if (!$("voice").value) await loadVoices();
+      const request = speechRequest(format);
+      const total = sentenceCount(request.input);
+      let pieces = 0;
+      showProgress(0, total, `0 of ${total} sentences`);
+      await speakStream(request, (bytes) => {
+        player.push(bytes);
+        pieces += 1;
+        const done = Math.min(pieces, total - 1); // the last one is done only when the server says so
+        showProgress(done, total, `${done} of ${total} sentences, ${player.received()}`);
+      });
+      showProgress(total, total, `${total} of ${total} sentences, ${player.received()}: playing`);
+      const link = $("download");
+      link.href = await player.finish();
+      link.download = `speech.${format}`;
+      link.hidden = false;
+    } catch (error) {
+      player.stop();
+      throw error;
+    } finally {
+      hideProgress();
+    }
+  }, $("speak"));
+});
+
+// --- cloning ----------------------------------------------------------------------------------
+
+$("record").addEventListener("click", () => guarded(async () => {
+  if (!navigator.mediaDevices) {
+    throw new Error("the microphone works only on a secure page: open this one at localhost or 127.0.0.1, "
+      + "or behind HTTPS");
+  }
+  const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+  const recorder = new MediaRecorder(stream);
+  const chunks = [];
+  recorder.ondataavailable = (event) => chunks.push(event.data);
+  recorder.onstop = () => {
+    stream.getTracks().forEach((track) => track.stop());
+    const blob = new Blob(chunks, { type: recorder.mimeType });
+    recorded = { blob, filename: `recording.${recorder.mimeType.includes("ogg") ? "ogg" : "webm"}` };
+    $("clip").value = "";
+    $("recording").textContent = `Recorded ${((Date.now() - recording.startedAt) / 1000).toFixed(1)} s`;
+    clearInterval(recording.timer);
+    recording = null;
+  };
+  recorder.start();
+  recording = { recorder, startedAt: Date.now() };
+  recording.timer = setInterval(() => {
+    $("recording").textContent = `Recording ${((Date.now() - recording.startedAt) / 1000).toFixed(1)} s`;
+  }, 100);
+  $("record").disabled = true;
+  $("stop").disabled = false;
+}));
+
+$("stop").addEventListener("click", () => {
+  if (recording) recording.recorder.stop();
+  $("record").disabled = false;
+  $("stop").disabled = true;
+});
+
+$("clip").addEventListener("change", () => {
+  recorded = null;
+  $("recording").textContent = "";
+});
+
+$("clone-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  guarded(async () => {
+    const file = $("clip").files[0];
+    const clip = file ? { blob: file, filename: file.name } : recorded;
+    if (!clip) throw new Error("choose a reference clip or record one first");
+    const transcript = $("transcript").value.trim();
+    if (!transcript) throw new Error("type what the clip says in Transcript");
+    const name = $("name").value.trim();
+    if (!name) throw new Error("give the voice a name in Voice name");
+    const saved = await saveVoice(name, transcript, clip.blob, clip.filename);
+    $("saved").textContent = `Saved the voice "${saved.id}".`;
+    await loadVoices(saved.id);
+  }, $("save"));
+});
+
+// --- start ------------------------------------------------------------------------------------
+
+$("key").value = storedKey();
+guarded(loadVoices);

@@ -1,0 +1,75 @@
+"""Saved voices from uploads, for every door that takes one (HTTP's POST /v1/audio/voices, MCP's
+save_voice): the name and the count checked before any decoding, the clip's length from its header
+(codes/runtime/audio.py), the save counted again under the folder's lock."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import numpy as np
+
+from codes.common.errors import UserError
+from codes.runtime import audio
+from codes.serve.errors import RequestError
+from codes.serve.limits import Limits, flag
+from codes.serve.service import ServerState
+from codes.serve.speech import LoadedModel
+from codes.serve.voices import TooManyVoices, VoiceExists
+
+logger = logging.getLogger("omnivoice.serve")
+
+
+def read_clip(data: bytes, limits: Limits) -> tuple[np.ndarray, int]:
+    """An uploaded clip -> (mono float32, rate), its length refused from its header before decoding
+    (codes/runtime/audio.py read_clip), so a small file that unpacks to gigabytes is never unpacked."""
+    try:
+        return audio.read_clip(data, limits.max_ref_seconds_upload)
+    except audio.ClipTooLong as exc:
+        raise RequestError(400, f"the clip is {exc.length}; the limit is {exc.limit:g} s ({flag('max_ref_seconds_upload')}; "
+                                "a clone prompt needs only a few seconds): trim it", "file", "clip_too_long") from None
+    except UserError as exc:
+        raise RequestError(400, str(exc), "file", "unreadable_audio") from None
+
+
+async def save_voice(state: ServerState, read, transcript: str, vid: str) -> None:
+    """A saved voice from a reference clip (`await read()` gives its bytes, read only once the name
+    and the count are known to be free) and its transcript; RequestError for what the limits refuse.
+    Encoding a clip is work on the model, so an upload holds a slot like a speech request (429)."""
+    model = state.admit()
+    try:
+        await _save(state, model, read, transcript, vid)
+    finally:
+        state.release()
+
+
+async def _save(state: ServerState, model: LoadedModel, read, transcript: str, vid: str) -> None:
+    limits = state.config.limits
+    if len(transcript) > limits.max_transcript_chars:
+        raise RequestError(400, f"the transcript is {len(transcript)} characters; the limit is "
+                                f"{limits.max_transcript_chars}", "text", "transcript_too_long")
+    loop = asyncio.get_running_loop()
+    book = state.voices.book
+    if await loop.run_in_executor(None, book.saved_path, vid) is not None:  # before any decoding
+        raise _voice_exists(vid)
+    if len(await loop.run_in_executor(None, book.saved_ids)) >= limits.max_voices:
+        raise _too_many_voices(limits)
+    wav, rate = await loop.run_in_executor(None, read_clip, await read(), limits)
+    voice = await loop.run_in_executor(model.decode_pool, model.tts.create_voice, (wav, rate), transcript)
+    try:  # counted again under the folder's lock: uploads that were decoded at once all passed the count above
+        await loop.run_in_executor(None, book.save, vid, voice, limits.max_voices)
+    except VoiceExists:
+        raise _voice_exists(vid) from None
+    except TooManyVoices:
+        raise _too_many_voices(limits) from None
+    logger.info("saved voice %s (%d frames)", vid, voice.codes.shape[1])
+
+
+def _voice_exists(vid: str) -> RequestError:
+    return RequestError(409, f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})", "name",
+                        "voice_exists")
+
+
+def _too_many_voices(limits: Limits) -> RequestError:
+    return RequestError(409, f"{limits.max_voices} voices are saved, the most --max-voices allows; delete one first",
+                        "name", "too_many_voices")
