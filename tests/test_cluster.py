@@ -266,6 +266,7 @@ class Shared:
         self.build, self.folder, self.address = build, folder, address
         self.servers: list[Server] = []
         self.serve_port: int | None = None  # Serve's proxy, once the first serve.py started it
+        self.autoscaled: Server | None = None  # the run that started Serve, stopped by a later test
 
     def serve_py(self, name: str, *extra: str, env: dict | None = None) -> Server:
         """serve.py --ray --address on the head; once Serve runs, on its proxy's port (it keeps its own)."""
