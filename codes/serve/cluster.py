@@ -36,7 +36,7 @@ from codes.common.errors import UserError
 from codes.common.ray_start import ROOT, ray_cause, start_ray
 from codes.serve.proxy_errors import IMPORT_PATH as PROXY_ERRORS
 from codes.serve.proxy_errors import ROUTE_ENV
-from codes.serve.startup import ServiceOptions, service_options
+from codes.serve.startup import ServiceOptions, service_options, voice_book
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -124,8 +124,6 @@ def scaling(args: argparse.Namespace) -> Scaling:
                             f"none would leave no one to answer), got {args.min_replicas}")
         if args.min_replicas > args.max_replicas:
             raise UserError(f"--min-replicas {args.min_replicas} is more than --max-replicas {args.max_replicas}")
-    if args.threads is not None and args.threads < 1:
-        raise UserError(f"--threads must be >= 1, got {args.threads}")
     gpus = args.gpus_per_replica
     if gpus is not None:
         if args.provider != "cuda":
@@ -164,10 +162,7 @@ def serve_on_ray(args: argparse.Namespace) -> int:
     options = service_options(args)
     options = replace(options, threads=plan.threads, model_dir=options.model_dir.resolve(),
                       higgs_dir=options.higgs_dir and options.higgs_dir.resolve(), voices_dir=options.voices_dir.resolve())
-    try:  # here too, so a folder that cannot be used is one line before any replica starts
-        options.voices_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot use --voices_dir {options.voices_dir} ({exc.strerror}); choose another folder") from None
+    voice_book(options.voices_dir)  # here too, so a folder that cannot be used is one line before any replica starts
     if not args.address:
         _check_fits_locally(plan)
     # Replicas' request lines reach this console (stderr) as they are: no colour codes, none folded as repeats.

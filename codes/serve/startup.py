@@ -80,14 +80,19 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
                           args.mcp_output_dir, browser_rules(args.allow_origin, args.allow_host))
 
 
+def voice_book(folder: Path) -> VoiceBook:
+    """The saved voices' folder, made if need be; a folder that cannot be used is one line."""
+    try:
+        return VoiceBook(folder)
+    except OSError as exc:
+        raise UserError(f"cannot use --voices_dir {folder} ({exc.strerror}); choose another folder") from None
+
+
 def service_state(options: ServiceOptions) -> ServerState:
     """The server's state before its model is loaded: saved voices, design pins, limits."""
     from codes.runtime.manifest import read_manifest
 
-    try:
-        book = VoiceBook(options.voices_dir)
-    except OSError as exc:
-        raise UserError(f"cannot use --voices_dir {options.voices_dir} ({exc.strerror}); choose another folder") from None
+    book = voice_book(options.voices_dir)
     pins = DesignPins(options.voices_dir / PIN_FOLDER, read_manifest(options.model_dir).identity(),
                       PinSettings(seconds=options.pin_seconds), options.limits.max_pinned)
     voices = Voices(book, pins, options.max_ref_seconds)
