@@ -18,6 +18,7 @@ RUNTIME_MODULES = [
     "codes.runtime.prompt",
     "codes.runtime.decoding",
     "codes.runtime.audio",
+    "codes.runtime.prompt_file",
 ]
 FORBIDDEN = ["torch", "torchaudio", "transformers", "omnivoice", "pydub", "librosa"]
 
@@ -59,8 +60,14 @@ def runtime_venv() -> Path:
 
 
 def test_runtime_runs_in_a_venv_with_only_the_runtime_requirements(builds, tmp_path):
-    """inference.py and higgs_inference.py need requirements-runtime.txt alone: no torch anywhere."""
+    """inference.py and higgs_inference.py need requirements-runtime.txt alone: no torch anywhere, even to
+    read a voice upstream saved with torch."""
+    import torch
+    from omnivoice.models.omnivoice import VoiceClonePrompt
     from synthesis_inputs import FP32_BUILD
+
+    upstream_voice = tmp_path / "upstream.pt"
+    VoiceClonePrompt(torch.randint(0, 1024, (8, 30)), "What the clip says.", 0.05).save(str(upstream_voice))
 
     model_dir = builds.get(*FP32_BUILD)
     python = runtime_venv() / "bin" / "python"
@@ -71,7 +78,8 @@ def test_runtime_runs_in_a_venv_with_only_the_runtime_requirements(builds, tmp_p
                               cwd=REPO_ROOT, capture_output=True, text=True)
     assert imported.returncode == 0, imported.stderr
     spoken = subprocess.run([str(python), str(REPO_ROOT / "inference.py"), "--model_dir", str(model_dir), "--text",
-                             "Hello.", "--num_steps", "4", "--quiet", "--output", str(tmp_path / "out.wav")],
+                             "Hello.", "--num_steps", "4", "--quiet", "--voice", str(upstream_voice), "--output",
+                             str(tmp_path / "out.wav")],
                             capture_output=True, text=True, timeout=300)
     assert spoken.returncode == 0, spoken.stderr
     round_trip = subprocess.run([str(python), str(REPO_ROOT / "higgs_inference.py"), "--models-dir",

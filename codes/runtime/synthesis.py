@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 import zipfile
@@ -24,6 +25,7 @@ from codes.common.fileio import atomic_path
 from codes.runtime.manifest import read_manifest
 from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
 from codes.runtime.probe import CAUSAL_ADVICE
+from codes.runtime import prompt_file
 from codes.runtime.forward import StepForward, timed
 from codes.runtime.sessions import make_session, open_backbone, providers_for, resolve_provider, run_bound
 from codes.runtime.settings import GenerationSettings
@@ -52,24 +54,53 @@ class Voice:
     rms: float | None  # None: a synthesized reference, which sets no loudness
 
     def save(self, path: str | Path, exclusive: bool = False) -> None:
-        """Written whole or not at all; `exclusive`: FileExistsError rather than replacing a file."""
+        """Written whole or not at all; `exclusive`: FileExistsError rather than replacing a file.
+        A path ending in .pt gets upstream's format (VoiceClonePrompt.load reads it), any other our .npz."""
         path = Path(path)
+        if path.suffix.lower() == prompt_file.SUFFIX:
+            with atomic_path(path, exclusive=exclusive) as tmp:
+                tmp.write_bytes(self.to_bytes("pt"))
+            return
         with atomic_path(path, suffix=".npz", exclusive=exclusive) as tmp:
-            with open(tmp, "wb") as f:
-                np.savez(f, codes=self.codes, text=np.array(self.text),
-                         rms=np.array(np.nan if self.rms is None else self.rms, dtype=np.float64),
-                         format_version=np.array(VOICE_FORMAT_VERSION))
+            tmp.write_bytes(self.to_bytes("npz"))
+
+    def to_bytes(self, kind: str = "npz") -> bytes:
+        """The file's bytes: "npz", ours, or "pt", upstream's VoiceClonePrompt.save."""
+        if kind == "pt":
+            return prompt_file.prompt_bytes(self.codes, self.text, self.rms)
+        buffer = io.BytesIO()
+        np.savez(buffer, codes=self.codes, text=np.array(self.text),
+                 rms=np.array(np.nan if self.rms is None else self.rms, dtype=np.float64),
+                 format_version=np.array(VOICE_FORMAT_VERSION))
+        return buffer.getvalue()
 
     @classmethod
     def load(cls, path: str | Path) -> Voice:
+        """Ours (.npz), upstream's VoiceClonePrompt.save (.pt) or wyoming-piper's ref.rvq, told apart by content."""
         try:
-            with np.load(path, allow_pickle=False) as data:
-                if int(data["format_version"]) != VOICE_FORMAT_VERSION:
-                    raise UserError(f"{path} is a voice file of another format version; save it again with --save_voice")
-                rms = float(data["rms"])
-                return cls(check_ref_codes(data["codes"]), str(data["text"]), None if np.isnan(rms) else rms)
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # a damaged file
-            raise UserError(f"cannot read voice file {path} ({type(exc).__name__}); save one with --save_voice") from None
+            with open(path, "rb") as f:
+                data = f.read(prompt_file.MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise UserError(f"cannot read voice file {path} ({exc.strerror or type(exc).__name__}); "
+                            "save one with --save_voice") from None
+        return cls.from_bytes(data, str(path))
+
+    @classmethod
+    def from_bytes(cls, data: bytes, name: str) -> Voice:
+        """A voice file's bytes (see load); `name` is what an error calls it."""
+        if prompt_file.is_prompt_file(data):
+            return cls(*prompt_file.read_prompt(data, name))
+        if len(data) > prompt_file.MAX_FILE_BYTES:
+            raise UserError(f"voice file {name} is over {prompt_file.MAX_FILE_BYTES} bytes; a voice is a few KB")
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as saved:
+                if int(saved["format_version"]) != VOICE_FORMAT_VERSION:
+                    raise UserError(f"{name} is a voice file of another format version; save it again with --save_voice")
+                rms = float(saved["rms"])
+                return cls(check_ref_codes(saved["codes"]), str(saved["text"]), None if np.isnan(rms) else rms)
+        except (OSError, ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile) as exc:  # a damaged file
+            raise UserError(f"cannot read voice file {name} ({type(exc).__name__}): it is neither our .npz nor "
+                            "upstream's .pt; save one with --save_voice") from None
 
 
 @dataclass
