@@ -39,8 +39,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--instruct", help='voice design, e.g. "female, low pitch, british accent"')
     p.add_argument("--ref_audio", type=Path, help="reference clip to clone (any rate, mono or stereo)")
     p.add_argument("--ref_text", help="transcript of --ref_audio (required with it)")
-    p.add_argument("--voice", type=Path, help="a voice saved with --save_voice (skips encoding the reference)")
-    p.add_argument("--save_voice", type=Path, help="save the reference's codes, text and RMS to this .npz")
+    p.add_argument("--voice", type=Path, help="a voice file (skips encoding the reference): ours (.npz, from "
+                                             "--save_voice), upstream's VoiceClonePrompt.save (.pt) or wyoming-piper's "
+                                             "ref.rvq, told apart by content")
+    p.add_argument("--save_voice", type=Path, help="save the voice (of --ref_audio, or --voice) to this new file: "
+                                                  "NAME.pt in upstream's format (VoiceClonePrompt.load reads it), "
+                                                  "any other name our .npz; never over an existing file")
     p.add_argument("--duration", type=float, help="output length in seconds (overrides --speed)")
     p.add_argument("--num_audio_tokens", type=int, help="output length in codec frames (25 per second)")
     p.add_argument("--speed", type=float, help="speaking rate factor (> 1 faster)")
@@ -82,15 +86,23 @@ def main(argv=None) -> int:
     for path in [*(job.output for job in jobs), *codes_paths, args.save_voice]:
         if path:
             check_output_path(path)
+    if args.save_voice and args.save_voice.exists():
+        raise UserError(f"--save_voice {args.save_voice} exists; give a new file name (a voice is never saved over a file)")
+    if args.save_voice and not (args.ref_audio or args.voice):
+        raise UserError("--save_voice saves the voice of --ref_audio (with --ref_text) or of --voice; give one")
+
+    voice = Voice.load(args.voice) if args.voice else None  # a bad voice file fails before the model loads
 
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads,
                         backbone=args.backbone)
-    voice = Voice.load(args.voice) if args.voice else None
     if args.ref_audio:
         voice = tts.create_voice(args.ref_audio, args.ref_text, settings.preprocess_prompt)
-        if args.save_voice:
-            voice.save(args.save_voice)
+    if args.save_voice:
+        try:
+            voice.save(args.save_voice, exclusive=True)
+        except FileExistsError:
+            raise UserError(f"--save_voice {args.save_voice} appeared while the voice was made; give a new file name") from None
 
     # Every bad text, language, instruct, duration or speed fails before any compute.
     batches = [range(first, min(first + args.batch_size, len(jobs))) for first in range(0, len(jobs), args.batch_size)]
