@@ -10,13 +10,11 @@ and test_text.py; here they are exercised through whole runs.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import numpy as np
 import pytest
 import torch
 from synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
-from upstream_twins import RecordingNoise, ReplayedRandLike
+from upstream_twins import RecordingNoise, ReplayedRandLike, recorded_codes
 
 from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
 
@@ -71,24 +69,6 @@ def references(tmp_path_factory):
         "44k-stereo": write_clip(folder / "stereo44k.wav", reference_clip(44100, seed=3, peak=0.4, channels=2),
                                  44100, subtype="PCM_16"),
     }
-
-
-@contextmanager
-def recorded_codes(upstream):
-    """The codes of every upstream `_generate_iterative` call (one per batch, or per chunk) in order."""
-    calls = []
-    original = upstream._generate_iterative
-
-    def recording(task, config):
-        codes = original(task, config)
-        calls.append([item.numpy().copy() for item in codes])
-        return codes
-
-    upstream._generate_iterative = recording
-    try:
-        yield calls
-    finally:
-        del upstream._generate_iterative
 
 
 def agreement(ours: np.ndarray, expected: np.ndarray) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -199,3 +200,21 @@ def hf_tokenizer(tokenizer_dir):
     if "hf" not in _TOKENIZERS:
         _TOKENIZERS["hf"] = load_with_transformers(tokenizer_dir)
     return _TOKENIZERS["hf"]
+
+
+@contextmanager
+def recorded_codes(upstream):
+    """The codes of every upstream `_generate_iterative` call (one per batch, or per chunk) in order."""
+    calls = []
+    original = upstream._generate_iterative
+
+    def recording(task, config):
+        codes = original(task, config)
+        calls.append([item.numpy().copy() for item in codes])
+        return codes
+
+    upstream._generate_iterative = recording
+    try:
+        yield calls
+    finally:
+        del upstream._generate_iterative
