@@ -49,7 +49,10 @@ STORAGE_DTYPES = {
 
 
 class PromptFileError(UserError):
-    """A voice file that is not one, or not a safe one; the message names the file and the problem."""
+    """A voice file that is not one, or not a safe one; the message names the file and the problem,
+    and `problem` holds the problem alone."""
+
+    problem = ""
 
 
 class _StorageType:
@@ -220,8 +223,10 @@ def read_prompt(data: bytes, name: str) -> tuple[np.ndarray, str, float | None]:
             _refuse(f"its pickle is malformed ({type(exc).__name__})")
         return _prompt_fields(loaded)
     except PromptFileError as exc:
-        raise PromptFileError(f"voice file {name} is refused: {exc}; save it with upstream's "
-                              "VoiceClonePrompt.save or inference.py --save_voice") from None
+        error = PromptFileError(f"voice file {name} is refused: {exc}; save it with upstream's "
+                                "VoiceClonePrompt.save or inference.py --save_voice")
+        error.problem = str(exc)  # for a door that names the voice its own way
+        raise error from None
 
 
 def _prompt_fields(loaded) -> tuple[np.ndarray, str, float | None]:

@@ -17,6 +17,7 @@ from codes.runtime.settings import GenerationSettings
 from codes.serve.limits import MAX_STEPS, Limits, limits_from_args
 from codes.serve.origins import BrowserRules, browser_rules
 from codes.serve.service import ServerConfig, ServerState
+from codes.serve.voice_files import check_folders, import_folders
 from codes.serve.voices import DESIGN_VOICES, PIN_FOLDER, DesignPins, PinSettings, VoiceBook, Voices
 
 
@@ -41,6 +42,7 @@ class ServiceOptions:
     mcp_output_dir: Path | None
     browsers: BrowserRules = BrowserRules()  # --allow-origin, --allow-host
     replica: str | None = None  # NAME/PID of a Ray Serve replica; None for plain serve.py
+    voices_from: tuple[Path, ...] = ()  # wyoming-piper voice folders, only read (codes/serve/voice_files.py)
 
     def for_replica(self, name: str) -> "ServiceOptions":
         return replace(self, replica=f"{name}/{os.getpid()}")
@@ -74,10 +76,12 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
     limits = limits_from_args(args)
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     preload = preload_names(args.preload_voices, DESIGN_VOICES)
+    voices_from = check_folders(getattr(args, "voices_from", None))
     return ServiceOptions(model_dir, higgs_dir, args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY")
                           or None, limits, args.max_batch, args.max_queue, args.pin_seconds, tuple(preload),
                           args.max_ref_seconds, args.provider, args.threads, settings, args.host,
-                          args.mcp_output_dir, browser_rules(args.allow_origin, args.allow_host))
+                          args.mcp_output_dir, browser_rules(args.allow_origin, args.allow_host),
+                          voices_from=voices_from)
 
 
 def voice_book(folder: Path) -> VoiceBook:
@@ -93,8 +97,10 @@ def service_state(options: ServiceOptions) -> ServerState:
     from codes.runtime.manifest import read_manifest
 
     book = voice_book(options.voices_dir)
-    pins = DesignPins(options.voices_dir / PIN_FOLDER, read_manifest(options.model_dir).identity(),
-                      PinSettings(seconds=options.pin_seconds), options.limits.max_pinned)
+    build_id = read_manifest(options.model_dir).identity()
+    book.imported = import_folders(options.voices_from, book, build_id)
+    pins = DesignPins(options.voices_dir / PIN_FOLDER, build_id, PinSettings(seconds=options.pin_seconds),
+                      options.limits.max_pinned)
     voices = Voices(book, pins, options.max_ref_seconds)
     config = ServerConfig(options.voices_dir, options.api_key, options.limits, options.settings, options.replica,
                           options.browsers)

@@ -7,8 +7,11 @@ seed and its codes kept as a clone prompt that every later sentence clones. Pins
 settings, so a restart loads them instead of pinning again; delete the folder to pin anew.
 A pin lasts at most --pin-seconds (its sentence is the longest that fits): its tokens ride along in
 every step of every sentence that clones it (docs/DESIGN.md §pin-length).
-Saved voices are the .npz files inference.py --save_voice writes, in one folder; an id is a file
-name without .npz and never reaches outside that folder. Protocol-neutral: every server door uses it.
+Saved voices are the files inference.py --save_voice writes, in one folder: ours (.npz) or upstream's
+VoiceClonePrompt.save (.pt, read without torch: codes/runtime/prompt_file.py); an id is a file name
+without its suffix and never reaches outside that folder. Imported voices (serve.py --voices-from,
+codes/serve/voice_files.py) are offered beside them under their folders' names. Protocol-neutral:
+every server door uses it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import CancelledError, Future
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Executor, Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
@@ -31,6 +35,7 @@ from typing import Protocol
 from codes.common.errors import UserError
 from codes.common.fileio import write_json_atomic
 from codes.runtime.decoding import RandomNoise
+from codes.runtime.prompt_file import MAX_FILE_BYTES
 from codes.runtime.duration import paced_frames
 from codes.runtime.reference import trim_voice
 from codes.runtime.settings import GenerationSettings
@@ -68,14 +73,17 @@ PIN_SEED = 1234
 PIN_SECONDS = 1.5  # measured: docs/DESIGN.md §pin-length
 PIN_FOLDER = "pinned"
 LOCK_FILE = ".lock"  # in the voices folder: held while a save counts the saved voices and adds one
+SAVED_SUFFIXES = (".npz", ".pt")  # ours, then upstream's; a save writes .npz
 _ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
 class PinEngine(Protocol):
     """What pinning needs of the loaded model (codes/serve/speech.py LoadedModel): its TTS to settle
-    the pin's sentence, and the step engine to run that sentence and to cancel it."""
+    the pin's sentence, and the step engine to run that sentence and to cancel it; and what an imported
+    clip needs: the codec's pool, where it is encoded."""
 
     tts: OmniVoiceOnnx
+    decode_pool: Executor
 
     def submit(self, request: Request, settings: GenerationSettings, noise, urgent: bool = False,
                due: float | None = None) -> WorkItem: ...
@@ -101,35 +109,55 @@ class TooManyVoices(UserError):
     """--max-voices are saved (409)."""
 
 
-class VoiceBook:
-    """Built-in design voices (pinned on first use) and the saved voices in `folder`."""
+@dataclass(frozen=True)
+class ImportedVoice:
+    """A voice offered from a --voices-from folder (codes/serve/voice_files.py): a design (`instruct`,
+    pinned like the built-in ones) or a clone (`clone(tts)` gives its Voice, encoded once and cached)."""
 
-    def __init__(self, folder: Path):
+    vid: str
+    source: Path  # the voice's folder, only ever read
+    instruct: str | None = None
+    clone: Callable[[object], Voice] | None = None
+
+
+class VoiceBook:
+    """Built-in design voices (pinned on first use), the saved voices in `folder` and the imported ones."""
+
+    def __init__(self, folder: Path, imported: dict[str, ImportedVoice] | None = None):
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.imported = dict(imported or {})
         for name, instruct in DESIGN_VOICES.items():
             resolve_instruct(instruct)  # a bad table entry fails at start, not in a request
 
     def saved_ids(self) -> list[str]:
-        return sorted(p.stem for p in self.folder.glob("*.npz") if _ID.fullmatch(p.stem))
+        return sorted({p.stem for suffix in SAVED_SUFFIXES for p in self.folder.glob(f"*{suffix}")
+                       if _ID.fullmatch(p.stem)})
 
     def listing(self) -> list[dict]:
         return ([{"id": name, "name": name, "kind": "design", "instruct": instruct}
                  for name, instruct in DESIGN_VOICES.items()]
+                + [{"id": vid, "name": vid, "kind": "design", "instruct": voice.instruct} if voice.instruct
+                   else {"id": vid, "name": vid, "kind": "imported"} for vid, voice in self.imported.items()]
                 + [{"id": vid, "name": vid, "kind": "saved"} for vid in self.saved_ids()])
 
     def known(self, most: int = 30) -> str:
-        names = [*DESIGN_VOICES, *self.saved_ids()]
+        names = [*DESIGN_VOICES, *self.imported, *self.saved_ids()]
         return ", ".join(names[:most]) + (f", ... ({len(names)} in all: GET /v1/audio/voices)" if len(names) > most else "")
 
+    def taken(self, vid: str) -> bool:
+        """Whether a new saved voice may not have this id: a saved or an imported voice has it."""
+        return vid in self.imported or self.saved_path(vid) is not None
+
     def saved_path(self, vid: str) -> Path | None:
-        """The file of a saved voice id, or None; an id that is not a plain file name is never a path."""
+        """The file of a saved voice id (.npz, else .pt), or None; an id that is not a plain file name is never a path."""
         if not isinstance(vid, str) or not _ID.fullmatch(vid):
             return None
-        path = self.folder / f"{vid}.npz"
-        if path.resolve().parent != self.folder.resolve() or not path.is_file():
-            return None
-        return path
+        for suffix in SAVED_SUFFIXES:
+            path = self.folder / f"{vid}{suffix}"
+            if path.resolve().parent == self.folder.resolve() and path.is_file():
+                return path
+        return None
 
     def unknown_voice(self, vid) -> UserError:
         return UserError(f"unknown voice {vid!r}; known voices: {self.known()}")
@@ -143,6 +171,8 @@ class VoiceBook:
             if most is not None and len(self.saved_ids()) >= most:
                 raise TooManyVoices(f"{most} voices are saved; delete one first")
             try:  # exclusive: two servers on one folder saving one id at once keep the first
+                if self.taken(vid):  # an upstream .pt of that name, or an imported voice
+                    raise FileExistsError(vid)
                 voice.save(path, exclusive=True)
             except FileExistsError:
                 raise VoiceExists(f"voice {vid!r} exists; delete it first (DELETE /v1/audio/voices/{vid})") from None
@@ -159,11 +189,27 @@ class VoiceBook:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def delete(self, vid: str) -> bool:
+        if vid in self.imported:
+            raise UserError(f"voice {vid!r} is imported from a --voices-from folder, which this server only reads; "
+                            "remove it there and restart")
         path = self.saved_path(vid)
         if path is None:
             return False
-        path.unlink()
+        while path is not None:  # a .pt that an .npz of the same id hid would speak next
+            path.unlink()
+            path = self.saved_path(vid)
         return True
+
+    def load_saved(self, vid: str, path: Path) -> Voice:
+        """A saved voice's file; a damaged or refused one is a UserError naming the voice, never its path."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)  # past it is refused, unread
+            return Voice.from_bytes(data, repr(vid))
+        except (OSError, UserError) as exc:
+            problem = getattr(exc, "problem", "") or "its file is damaged"
+            raise UserError(f"saved voice {vid!r} cannot be read ({problem}); delete it "
+                            f"(DELETE /v1/audio/voices/{vid}) and upload it again") from None
 
 
 def canonical_instruct(instruct: str) -> str:
@@ -324,7 +370,12 @@ class Voices:
         self.book, self.pins, self.max_ref_seconds = book, pins, max_ref_seconds
 
     def design_instruct(self, name: str, instructions: str | None, text: str = "") -> str:
-        return resolve_instruct(instructions or DESIGN_VOICES[name], use_zh=contains_chinese(text))
+        return resolve_instruct(instructions or self.design_of(name), use_zh=contains_chinese(text))
+
+    def design_of(self, name: str) -> str | None:
+        """A design voice's instruct (built in, or imported from an instruct.txt), or None."""
+        imported = self.book.imported.get(name)
+        return DESIGN_VOICES.get(name) or (imported.instruct if imported is not None else None)
 
     def preload(self, model: PinEngine, names: list[str]) -> list[Voice]:
         """Pin these design voices now (blocking): each from disk, or synthesized."""
@@ -334,17 +385,26 @@ class Voices:
     async def resolve(self, model: PinEngine, name: str, instructions: str | None,
                       text: str) -> tuple[Voice | None, str | None]:
         """(clone prompt, instruct) for a request; UserError for an unknown voice."""
-        if name in DESIGN_VOICES:
+        if self.design_of(name) is not None:
             return await self.pins.wait(model, self.design_instruct(name, instructions, text)), None
-        loop = asyncio.get_running_loop()
-        path = await loop.run_in_executor(None, self.book.saved_path, name)
-        if path is None:  # the message lists the folder: read off the loop too
-            raise UnknownVoice(str(await loop.run_in_executor(None, self.book.unknown_voice, name)))
-        try:
-            voice = await loop.run_in_executor(None, Voice.load, path)
-        except UserError:
-            raise UserError(f"saved voice {name!r} cannot be read (its file is damaged); delete it "
-                            f"(DELETE /v1/audio/voices/{name}) and upload it again") from None
+        voice = await self.saved(model, name)
         if self.max_ref_seconds is not None:
             voice = trim_voice(voice, self.max_ref_seconds)
         return voice, (instructions or None)
+
+    async def whole(self, model: PinEngine, name: str) -> Voice:
+        """Any voice's clone prompt as it is (a design voice's pin, untrimmed), for an export."""
+        if self.design_of(name) is not None:
+            return await self.pins.wait(model, self.design_instruct(name, None))
+        return await self.saved(model, name)
+
+    async def saved(self, model: PinEngine, name: str) -> Voice:
+        """A saved or imported clone voice, untrimmed; UnknownVoice, or a UserError naming a damaged one."""
+        loop = asyncio.get_running_loop()
+        imported = self.book.imported.get(name)
+        if imported is not None:  # read, or encoded once (the codec's work: the decode pool)
+            return await loop.run_in_executor(model.decode_pool, imported.clone, model.tts)
+        path = await loop.run_in_executor(None, self.book.saved_path, name)
+        if path is None:  # the message lists the folder: read off the loop too
+            raise UnknownVoice(str(await loop.run_in_executor(None, self.book.unknown_voice, name)))
+        return await loop.run_in_executor(None, self.book.load_saved, name, path)

@@ -1,0 +1,212 @@
+"""Voices as files through the server: wyoming-piper's voice folders imported (serve.py --voices-from DIR),
+voice files uploaded as they are, and any voice exported in upstream's format or ours.
+
+wyoming-piper's OmniVoice backend (the Home Assistant community's OmniVoice server, --omnivoice-ref-dir)
+keeps one folder per voice, `<DIR>/<language>/<voice>/`: `ref.wav` with its transcript `ref.txt` to clone,
+or `instruct.txt` to design. It caches the encoded clip beside it as `ref.rvq` (a torch.save of
+ref_audio_tokens, ref_text and ref_rms), made again when the clip is newer. Here DIR is only ever read:
+- a clone's `ref.rvq` that is not older than its clip is used as it is (read without torch, and without
+  trusting its pickle: codes/runtime/prompt_file.py);
+- else its clip is encoded once, on first use, and kept in `<voices_dir>/imported/` under the clip's content
+  hash (the transcript and the build in the key too), so a restart, or a copy of the folder, reads it back;
+- an `instruct.txt` is a design voice, pinned like the built-in ones.
+A voice's id is its folder's name made an id as an upload's name is (codes/serve/voices.py voice_id); a
+folder whose id is taken (a built-in voice, a saved one, an earlier folder) is skipped with a warning, as
+wyoming-piper skips a duplicate name. Folders are read at start; restart to pick up changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import threading
+from pathlib import Path
+
+from codes.common.errors import UserError
+from codes.common.fileio import write_json_atomic
+from codes.runtime import audio
+from codes.runtime.engine import QueueFull
+from codes.runtime.prompt_file import MAX_FILE_BYTES
+from codes.runtime.synthesis import Voice
+from codes.runtime.voice_design import resolve_instruct
+from codes.serve.errors import RequestError
+from codes.serve.service import ServerState
+from codes.serve.voices import ImportedVoice, UnknownVoice, VoiceBook, voice_id
+
+logger = logging.getLogger("omnivoice.serve")
+
+CLIP, TRANSCRIPT, CODES, INSTRUCT = "ref.wav", "ref.txt", "ref.rvq", "instruct.txt"
+IMPORT_FOLDER = "imported"  # under --voices_dir: the imported clips, encoded
+MAX_TEXT_BYTES = 64 * 1024  # a transcript or an instruct
+MAX_CLIP_BYTES = 256 << 20
+MAX_CLIP_SECONDS = 600.0
+VOICE_FILE_SUFFIXES = (".pt", ".npz", ".rvq")  # an upload by one of these names is a voice file, not a clip
+EXPORTS = {"pt": "application/octet-stream", "npz": "application/octet-stream"}
+
+
+# --- wyoming-piper's folders -----------------------------------------------------------------------
+
+def check_folders(folders) -> tuple[Path, ...]:
+    """--voices-from, each a folder that can be listed (UserError naming the first that is not)."""
+    checked = []
+    for folder in folders or ():
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise UserError(f"--voices-from {folder} is not a folder; give a wyoming-piper voice folder "
+                            "(<DIR>/<language>/<voice>/ with ref.wav and ref.txt, or instruct.txt)")
+        checked.append(folder)
+    return tuple(checked)
+
+
+def import_folders(folders, book: VoiceBook, build_id: str) -> dict[str, ImportedVoice]:
+    """Every voice under the folders, by id; nothing is read but names and small text files yet."""
+    found: dict[str, ImportedVoice] = {}
+    cache = book.folder / IMPORT_FOLDER
+    for root in folders:
+        for folder in _voice_folders(Path(root)):
+            try:
+                vid = voice_id(folder.name)
+                if vid in found or book.saved_path(vid) is not None:
+                    raise UserError(f"its id {vid!r} is taken by "
+                                    f"{found[vid].source if vid in found else 'a saved voice in --voices_dir'}")
+                found[vid] = _voice(folder, vid, cache, build_id)
+            except UserError as exc:
+                logger.warning("--voices-from: skipping %s: %s", folder, exc)
+    if folders:
+        logger.info("--voices-from: %d voices (%d designs) from %s", len(found),
+                    sum(1 for v in found.values() if v.instruct), ", ".join(map(str, folders)))
+    return found
+
+
+def _voice_folders(root: Path) -> list[Path]:
+    """<root>/<voice>/ or, as wyoming-piper lays them out, <root>/<language>/<voice>/, in name order."""
+    found = []
+    for child in sorted(p for p in root.iterdir() if p.is_dir()):
+        if _is_voice(child):
+            found.append(child)
+        else:
+            found.extend(sorted(p for p in child.iterdir() if p.is_dir() and _is_voice(p)))
+    return found
+
+
+def _is_voice(folder: Path) -> bool:
+    return ((folder / CLIP).is_file() and (folder / TRANSCRIPT).is_file()) or (folder / INSTRUCT).is_file()
+
+
+def _voice(folder: Path, vid: str, cache: Path, build_id: str) -> ImportedVoice:
+    if (folder / CLIP).is_file() and (folder / TRANSCRIPT).is_file():  # a clone, as wyoming-piper prefers
+        text = _small_text(folder / TRANSCRIPT)
+        return ImportedVoice(vid, folder, clone=_Clone(folder, text, cache, build_id))
+    instruct = _small_text(folder / INSTRUCT)
+    resolve_instruct(instruct)  # a design the model cannot speak fails here, not in a request
+    return ImportedVoice(vid, folder, instruct=instruct)
+
+
+def _small_text(path: Path) -> str:
+    with open(path, "rb") as f:
+        data = f.read(MAX_TEXT_BYTES + 1)
+    if len(data) > MAX_TEXT_BYTES:
+        raise UserError(f"{path.name} is over {MAX_TEXT_BYTES} bytes")
+    try:
+        text = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise UserError(f"{path.name} is not UTF-8 text") from None
+    if not text:
+        raise UserError(f"{path.name} is empty")
+    return text
+
+
+class _Clone:
+    """An imported clone's Voice: its fresh ref.rvq, else its clip encoded once (kept under the clip's hash)."""
+
+    def __init__(self, folder: Path, text: str, cache: Path, build_id: str):
+        self.folder, self.text, self.cache, self.build_id = folder, text, cache, build_id
+        self._voice: Voice | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, tts) -> Voice:
+        with self._lock:
+            if self._voice is None:
+                self._voice = self._cached_codes() or self._encoded(tts)
+            return self._voice
+
+    def _cached_codes(self) -> Voice | None:
+        """wyoming-piper's ref.rvq, where it is not older than the clip (its own rule for a fresh cache)."""
+        codes, clip = self.folder / CODES, self.folder / CLIP
+        try:
+            if not codes.is_file() or codes.stat().st_mtime < clip.stat().st_mtime:
+                return None
+            voice = Voice.load(codes)
+        except (OSError, UserError) as exc:
+            logger.warning("--voices-from: encoding %s instead of using %s: %s", clip, codes, exc)
+            return None
+        logger.info("--voices-from: %s speaks with %s", self.folder.name, codes)
+        return voice
+
+    def _encoded(self, tts) -> Voice:
+        clip = self.folder / CLIP
+        with open(clip, "rb") as f:
+            data = f.read(MAX_CLIP_BYTES + 1)
+        if len(data) > MAX_CLIP_BYTES:
+            raise UserError(f"the clip of imported voice {self.folder.name!r} is over {MAX_CLIP_BYTES} bytes; trim it")
+        key = json.dumps({"build": self.build_id, "text": self.text}, sort_keys=True, ensure_ascii=False)
+        path = self.cache / (f"{hashlib.sha256(data).hexdigest()[:32]}-"
+                             f"{hashlib.sha256(key.encode()).hexdigest()[:8]}.npz")
+        if path.is_file():
+            try:
+                return Voice.load(path)
+            except UserError as exc:
+                logger.warning("--voices-from: encoding %s again: %s", clip, exc)
+        wav, rate = audio.read_clip(data, MAX_CLIP_SECONDS)
+        voice = tts.create_voice((wav, rate), self.text)
+        self.cache.mkdir(parents=True, exist_ok=True)
+        try:
+            voice.save(path, exclusive=True)
+            write_json_atomic(path.with_suffix(".json"), {"source": str(self.folder), "text": self.text,
+                                                          "build": self.build_id})
+        except FileExistsError:  # another server on this folder encoded it first; the codes are the same
+            pass
+        except OSError as exc:
+            logger.warning("--voices-from: cannot keep %s (%s); it is encoded again after a restart", path, exc.strerror)
+        logger.info("--voices-from: encoded %s (%d frames) -> %s", clip, voice.codes.shape[1], path)
+        return voice
+
+
+# --- uploads and exports ---------------------------------------------------------------------------
+
+def is_voice_file_name(filename) -> bool:
+    """An upload named *.pt, *.npz or *.rvq is a voice file (codes, transcript, RMS), not a clip."""
+    return isinstance(filename, str) and Path(filename).suffix.lower() in VOICE_FILE_SUFFIXES
+
+
+def read_voice_file(data: bytes, vid: str) -> Voice:
+    """An uploaded voice file as a Voice; 400 naming the voice for anything else (nothing in it runs)."""
+    if len(data) > MAX_FILE_BYTES:
+        raise RequestError(400, f"voice file {vid!r} is over {MAX_FILE_BYTES} bytes; a voice is a few KB", "file",
+                           "unreadable_voice")
+    try:
+        return Voice.from_bytes(data, repr(vid))
+    except UserError as exc:
+        problem = getattr(exc, "problem", "") or "it is neither our .npz nor upstream's .pt"
+        raise RequestError(400, f"voice file {vid!r} cannot be used: {problem}; send one that inference.py "
+                                "--save_voice or upstream's VoiceClonePrompt.save wrote", "file",
+                           "unreadable_voice") from None
+
+
+async def export_voice(state: ServerState, vid: str, kind: str) -> bytes:
+    """Any voice's file: upstream's .pt (VoiceClonePrompt.load reads it) or our .npz. A design voice
+    exports its pin (pinned now if it is not yet); 404 unknown voice, 400 an unknown format."""
+    if kind not in EXPORTS:
+        raise RequestError(400, f"format must be one of {', '.join(EXPORTS)}, got {kind[:20]!r}", "format")
+    synth = state.ready()
+    try:
+        voice = await state.voices.whole(synth, vid)
+    except UnknownVoice as exc:
+        raise RequestError(404, str(exc), "voice", "voice_not_found") from None
+    except QueueFull:  # pinning a design voice found the queue full: 429
+        raise
+    except UserError as exc:
+        raise RequestError(400, str(exc), "voice", "voice_unreadable") from None
+    return await asyncio.get_running_loop().run_in_executor(None, voice.to_bytes, kind)
