@@ -35,7 +35,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--allow-host", dest="allow_host", action="append", metavar="NAME",
                    help="a host name the server answers to without --api-key, besides localhost and IP addresses; "
                         "repeatable (others: 403, against DNS rebinding)")
-    p.add_argument("--voices_dir", type=Path, default=Path("voices"), help="saved voices (.npz), kept across restarts")
+    p.add_argument("--voices_dir", type=Path, default=Path("voices"),
+                   help="saved voices (.npz, or upstream's .pt), kept across restarts")
+    p.add_argument("--voices-from", dest="voices_from", type=Path, action="append", metavar="DIR",
+                   help="also offer the voices of a wyoming-piper voice folder (DIR/<language>/<voice>/ with ref.wav "
+                        "and ref.txt, or instruct.txt), named after their folders; DIR is only read (clips are "
+                        "encoded once into --voices_dir/imported/); repeatable")
     p.add_argument("--max-batch", dest="max_batch", type=int, default=8, help="rows that share a decoding step")
     p.add_argument("--max-queue", dest="max_queue", type=int, default=64,
                    help="sentences queued or running before new requests get 429")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from codes.common.errors import UserError
@@ -37,6 +37,7 @@ from codes.serve.origins import refusal
 from codes.serve.params import MODEL_IDS, SpeechParams, parse_speech
 from codes.serve.playground import add_playground
 from codes.serve.service import ServerState
+from codes.serve.voice_files import export_voice, is_voice_file_name
 from codes.serve.voice_uploads import save_voice
 from codes.serve.voices import DESIGN_VOICES, voice_id
 
@@ -254,13 +255,22 @@ def create_app(state: ServerState, doors=()):
         upload = form.get("file") or form.get("audio_sample")
         if upload is None or isinstance(upload, str):
             raise RequestError(400, "send the reference clip as the multipart file field 'file'", "file")
+        voice_file = is_voice_file_name(getattr(upload, "filename", None))  # a .pt/.npz: its own transcript
         transcript = form.get("text") or form.get("ref_text")
-        if not isinstance(transcript, str) or not transcript.strip():
+        if voice_file:
+            transcript = ""
+        elif not isinstance(transcript, str) or not transcript.strip():
             raise RequestError(400, "send the clip's transcript as the field 'text'", "text")
         name = form.get("name") or getattr(upload, "filename", None) or ""
         vid = voice_id(Path(str(name)[:256]).stem if not form.get("name") else str(name)[:256])
-        await save_voice(state, upload.read, transcript, vid)
+        await save_voice(state, upload.read, transcript, vid, voice_file=voice_file)
         return {"id": vid, "name": vid}
+
+    @app.get("/v1/audio/voices/{vid}")
+    async def voice_file(vid: str, format: str = "pt"):  # noqa: A002 (the query parameter's name)
+        data = await export_voice(state, vid[:64], format)
+        return Response(data, media_type="application/octet-stream",
+                        headers={"Content-Disposition": f'attachment; filename="{vid[:64]}.{format}"'})
 
     @app.delete("/v1/audio/voices/{vid}")
     async def delete_voice(vid: str):

@@ -32,6 +32,7 @@ from codes.serve.errors import RequestError, StreamFailed, as_request_error
 from codes.serve.lifecycle import Speaking
 from codes.serve.params import parse_speech
 from codes.serve.service import ServerState
+from codes.serve.voice_files import is_voice_file_name
 from codes.serve.voice_uploads import save_voice as store_voice
 from codes.serve.voices import voice_id
 
@@ -96,10 +97,12 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
         return await asyncio.get_running_loop().run_in_executor(None, state.voices.book.listing)
 
     @server.tool()
-    async def save_voice(audio_path: str, transcript: str, name: str) -> str:
+    async def save_voice(audio_path: str, name: str, transcript: str = "") -> str:
         """Save a voice to clone: `audio_path`, a reference clip of a few seconds (WAV, FLAC, MP3, ...)
-        lying under the server's voices or output folder; `transcript`, what it says; `name`, the new
-        voice's id (letters, digits, - and _). Returns the id to pass to speak as voice."""
+        lying under the server's voices or output folder, or a voice file (.pt from upstream's
+        VoiceClonePrompt.save, .npz from inference.py --save_voice, a wyoming-piper ref.rvq);
+        `transcript`, what the clip says (a voice file carries its own); `name`, the new voice's id
+        (letters, digits, - and _). Returns the id to pass to speak as voice."""
         with _tool_errors():
             folders = [state.config.voices_dir, *([output_dir] if output_dir else [])]
             path = Path(audio_path)
@@ -108,10 +111,12 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
                                 f"{' or '.join(str(f) for f in folders)}; put the clip there first")
             if path.stat().st_size > limits.max_upload_bytes:
                 raise UserError(f"the clip is over {limits.max_upload_bytes} bytes; trim it")
-            if not transcript.strip():
+            voice_file = is_voice_file_name(path.name)
+            if not voice_file and not transcript.strip():
                 raise UserError("transcript is empty; give what the clip says")
             vid = voice_id(name)
-            await store_voice(state, lambda: asyncio.to_thread(path.read_bytes), transcript, vid)
+            await store_voice(state, lambda: asyncio.to_thread(path.read_bytes), transcript, vid,
+                              voice_file=voice_file)
             return f"saved voice {vid!r}; use it as speak's voice"
 
     return server

@@ -15,6 +15,7 @@ from codes.serve.errors import RequestError
 from codes.serve.limits import Limits, flag
 from codes.serve.service import ServerState
 from codes.serve.speech import LoadedModel
+from codes.serve.voice_files import read_voice_file
 from codes.serve.voices import TooManyVoices, VoiceExists
 
 logger = logging.getLogger("omnivoice.serve")
@@ -32,30 +33,37 @@ def read_clip(data: bytes, limits: Limits) -> tuple[np.ndarray, int]:
         raise RequestError(400, str(exc), "file", "unreadable_audio") from None
 
 
-async def save_voice(state: ServerState, read, transcript: str, vid: str) -> None:
+async def save_voice(state: ServerState, read, transcript: str, vid: str, voice_file: bool = False) -> None:
     """A saved voice from a reference clip (`await read()` gives its bytes, read only once the name
     and the count are known to be free) and its transcript; RequestError for what the limits refuse.
-    Encoding a clip is work on the model, so an upload holds a slot like a speech request (429)."""
+    Encoding a clip is work on the model, so an upload holds a slot like a speech request (429).
+    `voice_file`: the bytes are a voice file (.pt or .npz: codes/serve/voice_files.py), kept as they are."""
     model = state.admit()
     try:
-        await _save(state, model, read, transcript, vid)
+        await _save(state, model, read, transcript, vid, voice_file)
     finally:
         state.release()
 
 
-async def _save(state: ServerState, model: LoadedModel, read, transcript: str, vid: str) -> None:
+async def _save(state: ServerState, model: LoadedModel, read, transcript: str, vid: str, voice_file: bool) -> None:
     limits = state.config.limits
     if len(transcript) > limits.max_transcript_chars:
         raise RequestError(400, f"the transcript is {len(transcript)} characters; the limit is "
                                 f"{limits.max_transcript_chars}", "text", "transcript_too_long")
     loop = asyncio.get_running_loop()
     book = state.voices.book
-    if await loop.run_in_executor(None, book.saved_path, vid) is not None:  # before any decoding
+    if await loop.run_in_executor(None, book.taken, vid):  # before any decoding
         raise _voice_exists(vid)
     if len(await loop.run_in_executor(None, book.saved_ids)) >= limits.max_voices:
         raise _too_many_voices(limits)
-    wav, rate = await loop.run_in_executor(None, read_clip, await read(), limits)
-    voice = await loop.run_in_executor(model.decode_pool, model.tts.create_voice, (wav, rate), transcript)
+    if voice_file:
+        try:
+            voice = await loop.run_in_executor(None, read_voice_file, await read(), vid)
+        except UserError as exc:
+            raise RequestError(400, str(exc), "file", "unreadable_voice") from None
+    else:
+        wav, rate = await loop.run_in_executor(None, read_clip, await read(), limits)
+        voice = await loop.run_in_executor(model.decode_pool, model.tts.create_voice, (wav, rate), transcript)
     try:  # counted again under the folder's lock: uploads that were decoded at once all passed the count above
         await loop.run_in_executor(None, book.save, vid, voice, limits.max_voices)
     except VoiceExists:
