@@ -43,7 +43,7 @@ MAX_TEXT_BYTES = 64 * 1024  # a transcript or an instruct
 MAX_CLIP_BYTES = 256 << 20
 MAX_CLIP_SECONDS = 600.0
 VOICE_FILE_SUFFIXES = (".pt", ".npz", ".rvq")  # an upload by one of these names is a voice file, not a clip
-EXPORTS = {"pt": "application/octet-stream", "npz": "application/octet-stream"}
+EXPORT_FORMATS = ("pt", "npz")  # GET /v1/audio/voices/{id}?format=: upstream's, ours
 
 
 # --- wyoming-piper's folders -----------------------------------------------------------------------
@@ -182,30 +182,28 @@ def is_voice_file_name(filename) -> bool:
 
 
 def read_voice_file(data: bytes, vid: str) -> Voice:
-    """An uploaded voice file as a Voice; 400 naming the voice for anything else (nothing in it runs)."""
+    """An uploaded voice file as a Voice; a UserError naming the voice for anything else (nothing in it runs)."""
     if len(data) > MAX_FILE_BYTES:
-        raise RequestError(400, f"voice file {vid!r} is over {MAX_FILE_BYTES} bytes; a voice is a few KB", "file",
-                           "unreadable_voice")
+        raise UserError(f"voice file {vid!r} is over {MAX_FILE_BYTES} bytes; a voice is a few KB")
     try:
         return Voice.from_bytes(data, repr(vid))
     except UserError as exc:
         problem = getattr(exc, "problem", "") or "it is neither our .npz nor upstream's .pt"
-        raise RequestError(400, f"voice file {vid!r} cannot be used: {problem}; send one that inference.py "
-                                "--save_voice or upstream's VoiceClonePrompt.save wrote", "file",
-                           "unreadable_voice") from None
+        raise UserError(f"voice file {vid!r} cannot be used: {problem}; send one that inference.py "
+                        "--save_voice or upstream's VoiceClonePrompt.save wrote") from None
 
 
 async def export_voice(state: ServerState, vid: str, kind: str) -> bytes:
     """Any voice's file: upstream's .pt (VoiceClonePrompt.load reads it) or our .npz. A design voice
-    exports its pin (pinned now if it is not yet); 404 unknown voice, 400 an unknown format."""
-    if kind not in EXPORTS:
-        raise RequestError(400, f"format must be one of {', '.join(EXPORTS)}, got {kind[:20]!r}", "format")
-    synth = state.ready()
+    exports its pin (pinned now if it is not yet); 404 an unknown voice, 400 an unknown format."""
+    if kind not in EXPORT_FORMATS:
+        raise RequestError(400, f"format must be one of {', '.join(EXPORT_FORMATS)}, got {kind[:20]!r}", "format")
+    model = state.ready()
     try:
-        voice = await state.voices.whole(synth, vid)
+        voice = await state.voices.whole(model, vid)
     except UnknownVoice as exc:
         raise RequestError(404, str(exc), "voice", "voice_not_found") from None
-    except QueueFull:  # pinning a design voice found the queue full: 429
+    except QueueFull:  # pinning a design voice found the queue full: a 429, as for speech
         raise
     except UserError as exc:
         raise RequestError(400, str(exc), "voice", "voice_unreadable") from None
