@@ -213,3 +213,34 @@ def test_save_voice_never_replaces_a_file(tmp_path):
     with pytest.raises(FileExistsError):
         Voice(codes_of(), TEXT, 0.1).save(tmp_path / "taken.pt", exclusive=True)
     assert (tmp_path / "taken.pt").read_bytes() == b"mine"
+
+
+def _npz(**arrays) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def test_our_npz_is_read_within_bounds_too_since_uploads_may_be_npz(tmp_path):
+    good = dict(codes=codes_of(), text=np.array(TEXT), rms=np.array(0.1), format_version=np.array(1))
+    assert Voice.from_bytes(_npz(**good), "ok.npz").text == TEXT
+
+    def npz_refused(data: bytes) -> str:
+        with pytest.raises(prompt_file.UserError) as caught:
+            Voice.from_bytes(data, "hostile.npz")
+        assert "\n" not in str(caught.value) and "hostile.npz" in str(caught.value)
+        return str(caught.value)
+
+    assert "holds Python objects" in npz_refused(_npz(**{**good, "text": np.array([TEXT, 1], dtype=object)}))
+    # a bomb: 200 MB of codes deflated into a fraction of one, refused from its declared size
+    bomb = io.BytesIO()
+    np.savez_compressed(bomb, **{**good, "codes": np.zeros((8, 3_276_800), np.int64)})
+    assert len(bomb.getvalue()) < 1 << 20 and "claims 209715328 bytes" in npz_refused(bomb.getvalue())
+    # a header that claims a shape past the bytes that follow it: refused before numpy allocates it
+    raw = _npz(**good)
+    with zipfile.ZipFile(io.BytesIO(raw)) as archive:
+        header_claim = archive.read("codes.npy").replace(b"(8, 50)", b"(8, 99)")
+    assert "claims shape [8, 99]" in npz_refused(_with_member(raw, "codes.npy", header_claim))
+    assert "got [7, 50]" in npz_refused(_npz(**{**good, "codes": codes_of()[:7]}))
+    assert "format version" in npz_refused(_npz(**{**good, "format_version": np.array(2)}))
+    assert "damaged or truncated zip" in npz_refused(raw[: len(raw) // 2])

@@ -62,6 +62,9 @@ def piper(tmp_path_factory):
     os.utime(first / "en_US" / "stale" / "ref.rvq", (1, 1))
     _clip(first / "en_US" / "evil", seed=3)  # a fresh ref.rvq that would run a command: refused, clip encoded
     torch.save({**RVQ, "ref_text": _System(f"touch {root / 'pwned'}")}, first / "en_US" / "evil" / "ref.rvq")
+    (first / "en_US" / "broken").mkdir()  # a clip that is no audio: a 400 naming the voice when it is used
+    (first / "en_US" / "broken" / "ref.wav").write_bytes(b"RIFF but not really a wav")
+    (first / "en_US" / "broken" / "ref.txt").write_text("Nothing.")
     (first / "de_DE" / "designer").mkdir(parents=True)
     (first / "de_DE" / "designer" / "instruct.txt").write_text("female, low pitch, british accent\n")
     (first / "en_US" / "alloy").mkdir()  # a built-in's name: skipped
@@ -117,6 +120,9 @@ def test_imported_voices_speak_over_http_and_dir_is_never_written(server, piper,
         spoken = speak_http(server, voice)
         assert spoken.status_code == 200, (voice, spoken.text)
         assert len(soundfile.read(io.BytesIO(spoken.content))[0]) > 0
+    broken = speak_http(server, "broken")
+    assert broken.status_code == 400 and "imported voice 'broken' cannot be used" in broken.json()["error"]["message"]
+    assert str(piper) not in broken.json()["error"]["message"]
     assert snapshot(piper) == server.piper_before  # only read
     assert not (piper / "pwned").exists()
     assert "evil/ref.rvq" in "\n".join(server.log_lines()) and "posix.system" in "\n".join(server.log_lines())

@@ -142,32 +142,20 @@ class _Unpickler(pickle.Unpickler):
         return self.storages[key]
 
 
-class _Archive:
-    """torch.save's zip, its members checked before any is read."""
+class _Zip:
+    """A voice file's zip, its members checked before any is read."""
 
     def __init__(self, data: bytes):
         if len(data) > MAX_FILE_BYTES:
-            _refuse(f"it is {len(data)} bytes, past the {MAX_FILE_BYTES} a voice prompt may be")
+            _refuse(f"it is {len(data)} bytes, past the {MAX_FILE_BYTES} a voice file may be")
         try:
             self.zip = zipfile.ZipFile(io.BytesIO(data))
             members = self.zip.infolist()
         except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError):
             _refuse("it is a damaged or truncated zip")
         if len(members) > MAX_MEMBERS:
-            _refuse(f"its zip holds {len(members)} members; torch.save writes fewer than ten")
-        pickles = [m.filename for m in members if m.filename == "data.pkl" or m.filename.endswith("/data.pkl")]
-        if len(pickles) != 1:
-            _refuse("it is a zip without exactly one data.pkl, so not a torch.save file")
-        self.prefix = pickles[0][: -len("data.pkl")]
+            _refuse(f"its zip holds {len(members)} members; a voice file has fewer than ten")
         self.members = {m.filename: m for m in members}
-        order = self._small("byteorder", b"little")
-        if order not in (b"little", b"big"):
-            _refuse(f"its byteorder is {order[:16]!r}, neither little nor big")
-        self.big_endian = order == b"big"
-        self.pickle_bytes = self.read(pickles[0], MAX_PICKLE_BYTES)
-
-    def _small(self, name: str, default: bytes) -> bytes:
-        return self.read(self.prefix + name, 16).strip() if self.prefix + name in self.members else default
 
     def read(self, name: str, most: int) -> bytes:
         """A member's bytes, refused from its declared size, and read no further than that (a member
@@ -185,6 +173,25 @@ class _Archive:
         if len(data) != member.file_size:
             _refuse(f"its member {name} holds {len(data)} bytes where it declares {member.file_size}")
         return data
+
+
+class _Archive(_Zip):
+    """torch.save's zip."""
+
+    def __init__(self, data: bytes):
+        super().__init__(data)
+        pickles = [n for n in self.members if n == "data.pkl" or n.endswith("/data.pkl")]
+        if len(pickles) != 1:
+            _refuse("it is a zip without exactly one data.pkl, so not a torch.save file")
+        self.prefix = pickles[0][: -len("data.pkl")]
+        order = self._small("byteorder", b"little")
+        if order not in (b"little", b"big"):
+            _refuse(f"its byteorder is {order[:16]!r}, neither little nor big")
+        self.big_endian = order == b"big"
+        self.pickle_bytes = self.read(pickles[0], MAX_PICKLE_BYTES)
+
+    def _small(self, name: str, default: bytes) -> bytes:
+        return self.read(self.prefix + name, 16).strip() if self.prefix + name in self.members else default
 
     def storage(self, key: str, dtype: np.dtype, numel: int) -> np.ndarray:
         if not re.fullmatch(r"[0-9]{1,9}", key):
@@ -226,6 +233,40 @@ def read_prompt(data: bytes, name: str) -> tuple[np.ndarray, str, float | None]:
         error = PromptFileError(f"voice file {name} is refused: {exc}; save it with upstream's "
                                 "VoiceClonePrompt.save or inference.py --save_voice")
         error.problem = str(exc)  # for a door that names the voice its own way
+        raise error from None
+
+
+# Our .npz: np.load would allocate whatever shape a member's header claims before reading it, so each
+# member is read within its cap and its header held to the bytes that follow it.
+NPZ_CAPS = {"codes.npy": 4096 + MAX_ELEMENTS * 8, "text.npy": 4096 + MAX_PICKLE_BYTES * 4, "rms.npy": 4096,
+            "format_version.npy": 4096}
+
+
+def read_npz(data: bytes, name: str) -> dict[str, np.ndarray]:
+    """The arrays of our .npz voice file (codes, text, rms, format_version), never an object array;
+    PromptFileError naming `name` for anything else."""
+    try:
+        archive, arrays = _Zip(data), {}
+        for member, most in NPZ_CAPS.items():
+            raw = archive.read(member, most)
+            stream = io.BytesIO(raw)
+            try:
+                major, _ = np.lib.format.read_magic(stream)
+                read_header = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                shape, fortran, dtype = read_header(stream)
+            except (ValueError, OSError, EOFError, TypeError, SyntaxError) as exc:
+                _refuse(f"its member {member} is not a numpy array ({_first_line(exc)})")
+            if dtype.hasobject:
+                _refuse(f"its member {member} holds Python objects, which a voice never does")
+            count = math.prod(shape)
+            if count * dtype.itemsize != len(raw) - stream.tell():
+                _refuse(f"its member {member} claims shape {list(shape)[:4]} but holds {len(raw) - stream.tell()} bytes")
+            arrays[member[: -len(".npy")]] = np.frombuffer(raw, dtype, count, stream.tell()).reshape(
+                shape, order="F" if fortran else "C")
+        return arrays
+    except PromptFileError as exc:
+        error = PromptFileError(f"cannot read voice file {name} ({exc}); save one with --save_voice")
+        error.problem = str(exc)
         raise error from None
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import logging
 import time
-import zipfile
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,17 +89,18 @@ class Voice:
         """A voice file's bytes (see load); `name` is what an error calls it."""
         if prompt_file.is_prompt_file(data):
             return cls(*prompt_file.read_prompt(data, name))
-        if len(data) > prompt_file.MAX_FILE_BYTES:
-            raise UserError(f"voice file {name} is over {prompt_file.MAX_FILE_BYTES} bytes; a voice is a few KB")
+        arrays = prompt_file.read_npz(data, name)
+        version, text, rms = arrays["format_version"], arrays["text"], arrays["rms"]
+        if version.shape != () or version.dtype.kind not in "iu" or int(version) != VOICE_FORMAT_VERSION:
+            raise UserError(f"{name} is a voice file of another format version; save it again with --save_voice")
+        if text.shape != () or text.dtype.kind != "U" or rms.shape != () or rms.dtype.kind != "f":
+            raise UserError(f"cannot read voice file {name}: its text or rms is not a voice's; save one with --save_voice")
         try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as saved:
-                if int(saved["format_version"]) != VOICE_FORMAT_VERSION:
-                    raise UserError(f"{name} is a voice file of another format version; save it again with --save_voice")
-                rms = float(saved["rms"])
-                return cls(check_ref_codes(saved["codes"]), str(saved["text"]), None if np.isnan(rms) else rms)
-        except (OSError, ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile) as exc:  # a damaged file
-            raise UserError(f"cannot read voice file {name} ({type(exc).__name__}): it is neither our .npz nor "
-                            "upstream's .pt; save one with --save_voice") from None
+            codes = check_ref_codes(arrays["codes"])
+        except UserError as exc:
+            raise UserError(f"cannot read voice file {name}: {exc}") from None
+        rms = float(rms)
+        return cls(codes, str(text), None if np.isnan(rms) else rms)
 
 
 @dataclass

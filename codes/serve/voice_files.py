@@ -98,7 +98,7 @@ def _is_voice(folder: Path) -> bool:
 def _voice(folder: Path, vid: str, cache: Path, build_id: str) -> ImportedVoice:
     if (folder / CLIP).is_file() and (folder / TRANSCRIPT).is_file():  # a clone, as wyoming-piper prefers
         text = _small_text(folder / TRANSCRIPT)
-        return ImportedVoice(vid, folder, clone=_Clone(folder, text, cache, build_id))
+        return ImportedVoice(vid, folder, clone=_Clone(vid, folder, text, cache, build_id))
     instruct = _small_text(folder / INSTRUCT)
     resolve_instruct(instruct)  # a design the model cannot speak fails here, not in a request
     return ImportedVoice(vid, folder, instruct=instruct)
@@ -121,15 +121,21 @@ def _small_text(path: Path) -> str:
 class _Clone:
     """An imported clone's Voice: its fresh ref.rvq, else its clip encoded once (kept under the clip's hash)."""
 
-    def __init__(self, folder: Path, text: str, cache: Path, build_id: str):
-        self.folder, self.text, self.cache, self.build_id = folder, text, cache, build_id
+    def __init__(self, vid: str, folder: Path, text: str, cache: Path, build_id: str):
+        self.vid, self.folder, self.text, self.cache, self.build_id = vid, folder, text, cache, build_id
         self._voice: Voice | None = None
         self._lock = threading.Lock()
 
     def __call__(self, tts) -> Voice:
         with self._lock:
             if self._voice is None:
-                self._voice = self._cached_codes() or self._encoded(tts)
+                try:
+                    self._voice = self._cached_codes() or self._encoded(tts)
+                except (OSError, UserError) as exc:  # the request names the voice, the log its folder
+                    logger.warning("--voices-from: %s: %s", self.folder, exc)
+                    problem = exc.strerror if isinstance(exc, OSError) else str(exc)
+                    raise UserError(f"imported voice {self.vid!r} cannot be used ({problem}); fix its folder "
+                                    "and restart the server") from None
             return self._voice
 
     def _cached_codes(self) -> Voice | None:
@@ -150,20 +156,22 @@ class _Clone:
         with open(clip, "rb") as f:
             data = f.read(MAX_CLIP_BYTES + 1)
         if len(data) > MAX_CLIP_BYTES:
-            raise UserError(f"the clip of imported voice {self.folder.name!r} is over {MAX_CLIP_BYTES} bytes; trim it")
+            raise UserError(f"its clip is over {MAX_CLIP_BYTES} bytes; trim it")
         key = json.dumps({"build": self.build_id, "text": self.text}, sort_keys=True, ensure_ascii=False)
         path = self.cache / (f"{hashlib.sha256(data).hexdigest()[:32]}-"
                              f"{hashlib.sha256(key.encode()).hexdigest()[:8]}.npz")
+        damaged = False
         if path.is_file():
             try:
                 return Voice.load(path)
             except UserError as exc:
                 logger.warning("--voices-from: encoding %s again: %s", clip, exc)
+                damaged = True  # ours, so replaced
         wav, rate = audio.read_clip(data, MAX_CLIP_SECONDS)
         voice = tts.create_voice((wav, rate), self.text)
         self.cache.mkdir(parents=True, exist_ok=True)
         try:
-            voice.save(path, exclusive=True)
+            voice.save(path, exclusive=not damaged)
             write_json_atomic(path.with_suffix(".json"), {"source": str(self.folder), "text": self.text,
                                                           "build": self.build_id})
         except FileExistsError:  # another server on this folder encoded it first; the codes are the same
