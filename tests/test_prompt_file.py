@@ -244,3 +244,20 @@ def test_our_npz_is_read_within_bounds_too_since_uploads_may_be_npz(tmp_path):
     assert "got [7, 50]" in npz_refused(_npz(**{**good, "codes": codes_of()[:7]}))
     assert "format version" in npz_refused(_npz(**{**good, "format_version": np.array(2)}))
     assert "damaged or truncated zip" in npz_refused(raw[: len(raw) // 2])
+
+
+def test_a_pickle_cannot_change_the_allowed_globals_for_later_files():
+    """BUILD on an allowed global (setting its defaults, or a storage type's dtype) fails, so one file
+    cannot change how the next one is read."""
+    good = prompt_bytes(codes_of(), TEXT, 0.1)
+    with zipfile.ZipFile(io.BytesIO(good)) as archive:
+        pickled = archive.read("archive/data.pkl")
+    storage_type = pickle.GLOBAL + b"torch\nLongStorage\n"
+    rebuild = pickle.GLOBAL + b"torch._utils\n_rebuild_tensor_v2\n"
+    slot_state = (pickle.NONE + pickle.EMPTY_DICT + pickle.MARK + pickle.BINUNICODE + struct.pack("<I", 12)
+                  + b"__defaults__" + pickle.NONE + pickle.SETITEMS + pickle.TUPLE2 + pickle.BUILD)
+    for target in (storage_type, rebuild):
+        changed = _with_member(good, "data.pkl", pickled.replace(target, target + slot_state, 1))
+        refused(changed)
+    again = read_prompt(good, "good.pt")  # still read as before
+    assert np.array_equal(again[0], codes_of())

@@ -55,17 +55,40 @@ class PromptFileError(UserError):
     problem = ""
 
 
-class _StorageType:
-    """What find_class gives for torch.<X>Storage: a marker holding the dtype, never callable."""
+# Every object the unpickler hands to the pickle is a tuple subclass without slots: a pickle's BUILD
+# cannot set an attribute on one (so nothing it does outlives its own load), and no opcode takes one apart.
 
-    __slots__ = ("name", "dtype")
+class _Global(tuple):
+    """What find_class gives for an allowed function: (function,), called with the pickle's arguments."""
 
-    def __init__(self, name: str):
-        self.name, self.dtype = name, np.dtype(STORAGE_DTYPES[name])
+    __slots__ = ()
+
+    def __call__(self, *args):
+        return self[0](*args)
+
+
+class _StorageType(tuple):
+    """What find_class gives for torch.<X>Storage: (name, numpy dtype); never called."""
+
+    __slots__ = ()
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self[1]
+
+
+class _Storage(tuple):
+    """A storage's elements: (numpy array,), read from the zip."""
+
+    __slots__ = ()
+
+    @property
+    def array(self) -> np.ndarray:
+        return self[0]
 
 
 class _Tensor(tuple):
-    """A rebuilt tensor: (numpy array,). A tuple with no slots, so a pickle's BUILD cannot change it."""
+    """A rebuilt tensor: (numpy array,)."""
 
     __slots__ = ()
 
@@ -104,17 +127,10 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
 
 
 ALLOWED_GLOBALS = {
-    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
-    ("collections", "OrderedDict"): _empty_ordered_dict,
-    **{("torch", name): _StorageType(name) for name in STORAGE_DTYPES},
+    ("torch._utils", "_rebuild_tensor_v2"): _Global((_rebuild_tensor_v2,)),
+    ("collections", "OrderedDict"): _Global((_empty_ordered_dict,)),
+    **{("torch", name): _StorageType((name, np.dtype(dtype))) for name, dtype in STORAGE_DTYPES.items()},
 }
-
-
-class _Storage:
-    __slots__ = ("array",)
-
-    def __init__(self, array: np.ndarray):
-        self.array = array
 
 
 class _Unpickler(pickle.Unpickler):
@@ -138,7 +154,7 @@ class _Unpickler(pickle.Unpickler):
             _refuse("a persistent id that is not a torch storage")
         _, storage_type, key, _location, numel = pid
         if key not in self.storages:
-            self.storages[key] = _Storage(self.archive.storage(key, storage_type.dtype, numel))
+            self.storages[key] = _Storage((self.archive.storage(key, storage_type.dtype, numel),))
         return self.storages[key]
 
 
