@@ -126,6 +126,9 @@ class _Clone:
         self._voice: Voice | None = None
         self._lock = threading.Lock()
 
+    def ready(self) -> Voice | None:
+        return self._voice
+
     def __call__(self, tts) -> Voice:
         with self._lock:
             if self._voice is None:

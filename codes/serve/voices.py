@@ -26,7 +26,6 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from concurrent.futures import CancelledError, Executor, Future
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -109,15 +108,24 @@ class TooManyVoices(UserError):
     """--max-voices are saved (409)."""
 
 
+class CloneSource(Protocol):
+    """An imported clone's voice: made on the first call (given the model's TTS), then `ready()`."""
+
+    def __call__(self, tts) -> Voice: ...
+
+    def ready(self) -> Voice | None: ...
+
+
 @dataclass(frozen=True)
 class ImportedVoice:
     """A voice offered from a --voices-from folder (codes/serve/voice_files.py): a design (`instruct`,
-    pinned like the built-in ones) or a clone (`clone(tts)` gives its Voice, encoded once and cached)."""
+    pinned like the built-in ones) or a clone (`clone(tts)` gives its Voice, read or encoded once;
+    `clone.ready()` gives it without waiting once it is made)."""
 
     vid: str
     source: Path  # the voice's folder, only ever read
     instruct: str | None = None
-    clone: Callable[[object], Voice] | None = None
+    clone: CloneSource | None = None
 
 
 class VoiceBook:
@@ -402,8 +410,8 @@ class Voices:
         """A saved or imported clone voice, untrimmed; UnknownVoice, or a UserError naming a damaged one."""
         loop = asyncio.get_running_loop()
         imported = self.book.imported.get(name)
-        if imported is not None:  # read, or encoded once (the codec's work: the decode pool)
-            return await loop.run_in_executor(model.decode_pool, imported.clone, model.tts)
+        if imported is not None:  # made once, reading or encoding on the codec's pool; later uses wait for nothing
+            return imported.clone.ready() or await loop.run_in_executor(model.decode_pool, imported.clone, model.tts)
         path = await loop.run_in_executor(None, self.book.saved_path, name)
         if path is None:  # the message lists the folder: read off the loop too
             raise UnknownVoice(str(await loop.run_in_executor(None, self.book.unknown_voice, name)))
