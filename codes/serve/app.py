@@ -267,7 +267,7 @@ def create_app(state: ServerState, doors=()):
         return {"id": vid, "name": vid}
 
     @app.get("/v1/audio/voices/{vid}")
-    async def voice_file(vid: str, format: str = "pt"):  # noqa: A002 (the query parameter's name)
+    async def export_voice_file(vid: str, format: str = "pt"):  # noqa: A002 (the query parameter's name)
         data = await export_voice(state, vid[:64], format)
         return Response(data, media_type="application/octet-stream",
                         headers={"Content-Disposition": f'attachment; filename="{vid[:64]}.{format}"'})
