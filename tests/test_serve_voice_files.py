@@ -224,6 +224,14 @@ def test_hostile_voice_files_are_a_400_naming_the_voice_and_nothing_runs(server,
     assert bomb.status_code == 400 and "truncated" in bomb.json()["error"]["message"]
     assert not marker.exists() and server.proc.poll() is None
     (server.voices_dir / "planted.pt").unlink()
+    # a voice file is held to the limits an uploaded clip and its transcript are (30 s, 1000 characters)
+    for name, frames, text, expected in (("long", 31 * 25, "Hi.", "--max-upload-seconds"),
+                                         ("wordy", 25, "word " * 300, "--max-transcript-chars")):
+        VoiceClonePrompt(torch.zeros(8, frames, dtype=torch.int64), text, 0.1).save(str(tmp_path / f"{name}.pt"))
+        data = (tmp_path / f"{name}.pt").read_bytes()
+        over = http(server, "POST", "/v1/audio/voices", files={"file": (f"{name}.pt", data)})
+        assert over.status_code == 400 and expected in over.json()["error"]["message"], over.text
+        assert not (server.voices_dir / f"{name}.npz").exists()
 
 
 def test_mcp_save_voice_takes_a_pt_file_without_a_transcript(server, tmp_path):

@@ -29,9 +29,11 @@ from codes.common.fileio import write_json_atomic
 from codes.runtime import audio
 from codes.runtime.engine import QueueFull
 from codes.runtime.prompt_file import MAX_FILE_BYTES
+from codes.runtime.specs import FRAME_RATE
 from codes.runtime.synthesis import Voice
 from codes.runtime.voice_design import resolve_instruct
 from codes.serve.errors import RequestError
+from codes.serve.limits import Limits, flag
 from codes.serve.service import ServerState
 from codes.serve.voices import ImportedVoice, UnknownVoice, VoiceBook, voice_id
 
@@ -192,16 +194,26 @@ def is_voice_file_name(filename) -> bool:
     return isinstance(filename, str) and Path(filename).suffix.lower() in VOICE_FILE_SUFFIXES
 
 
-def read_voice_file(data: bytes, vid: str) -> Voice:
-    """An uploaded voice file as a Voice; a UserError naming the voice for anything else (nothing in it runs)."""
+def read_voice_file(data: bytes, vid: str, limits: Limits) -> Voice:
+    """An uploaded voice file as a Voice, held to the limits an uploaded clip and its transcript are
+    held to (its tokens ride along in every step that clones it); a UserError naming the voice for
+    anything else (nothing in it runs)."""
     if len(data) > MAX_FILE_BYTES:
         raise UserError(f"voice file {vid!r} is over {MAX_FILE_BYTES} bytes; a voice is a few KB")
     try:
-        return Voice.from_bytes(data, repr(vid))
+        voice = Voice.from_bytes(data, repr(vid))
     except UserError as exc:
         problem = getattr(exc, "problem", "") or "it is neither our .npz nor upstream's .pt"
         raise UserError(f"voice file {vid!r} cannot be used: {problem}; send one that inference.py "
                         "--save_voice or upstream's VoiceClonePrompt.save wrote") from None
+    seconds = voice.codes.shape[1] / FRAME_RATE
+    if seconds > limits.max_ref_seconds_upload:
+        raise UserError(f"voice file {vid!r} holds {seconds:.1f} s of reference; the limit is "
+                        f"{limits.max_ref_seconds_upload:g} s ({flag('max_ref_seconds_upload')}): save a shorter one")
+    if len(voice.text) > limits.max_transcript_chars:
+        raise UserError(f"voice file {vid!r} has a transcript of {len(voice.text)} characters; the limit is "
+                        f"{limits.max_transcript_chars} ({flag('max_transcript_chars')})")
+    return voice
 
 
 async def export_voice(state: ServerState, vid: str, kind: str) -> bytes:

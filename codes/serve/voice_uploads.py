@@ -58,7 +58,7 @@ async def _save(state: ServerState, model: LoadedModel, read, transcript: str, v
         raise _too_many_voices(limits)
     if voice_file:
         try:
-            voice = await loop.run_in_executor(None, read_voice_file, await read(), vid)
+            voice = await loop.run_in_executor(None, read_voice_file, await read(), vid, limits)
         except UserError as exc:
             raise RequestError(400, str(exc), "file", "unreadable_voice") from None
     else:
