@@ -62,7 +62,7 @@ async function loadVoices(selected) {
   if (voices.some((voice) => voice.id === keep)) select.value = keep;
   $("saved-voices").replaceChildren(...voices.filter((voice) => voice.kind !== "design").map((voice) => {
     const item = document.createElement("li");
-    item.textContent = voice.name;
+    item.textContent = voice.kind === "imported" ? `${voice.name} (imported with --voices-from: read-only)` : voice.name;
     return item;
   }));
   if (!$("saved-voices").children.length) $("saved-voices").append(Object.assign(document.createElement("li"), {
@@ -76,7 +76,7 @@ async function loadVoices(selected) {
 
 function updateDelete() {
   const option = $("voice").selectedOptions[0];
-  $("delete").disabled = !option || option.dataset.kind === "design";
+  $("delete").disabled = !option || option.dataset.kind !== "saved";  // built-in and imported voices stay
 }
 
 $("voice").addEventListener("change", updateDelete);
