@@ -148,6 +148,7 @@ def test_a_client_that_never_reads_its_response_is_let_go_after_write_seconds(se
             time.sleep(0.1)
         (line,) = request_line()
         assert " status=disconnected " in line and "(--write-seconds)" in line, line
+        assert not any("Traceback" in logged for logged in server.log_lines(start))  # a client's fault, not a bug
         wait_idle(server)
     finally:
         sock.close()

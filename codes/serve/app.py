@@ -222,7 +222,10 @@ def create_app(state: ServerState, doors=()):
 
     @app.exception_handler(Exception)
     async def _server_error(_, exc: Exception):
-        logger.exception("request failed")
+        if isinstance(exc, ClientStalled):  # no fault of the server's: the request's log line says it
+            logger.warning("http: letting a client go: %s", exc)
+        else:
+            logger.exception("request failed")
         return envelope(500, f"internal error: {type(exc).__name__}", kind="server_error", code="internal_error")
 
     @app.get("/health")
