@@ -55,7 +55,7 @@ ACTIONS = {"speech": 40, "disconnect": 12, "hostile": 13, "upload": 8, "health":
 WYOMING_LIMITS = ("--wyoming-idle-seconds", "5", "--wyoming-write-seconds", "5")  # short, so its cases end quickly
 TERABYTE = 10 ** 12
 BUSY = (429, 503)  # a valid request may be turned away while the server is loaded; that is not a bug
-WARMUP_S, RSS_EVERY_S = 30.0, 10.0
+WARMUP_S, RSS_EVERY_S = 120.0, 10.0  # arenas grow to the mixed load's shapes for about two minutes
 
 
 class TooSlow(Exception):  # the whole call, not one read, went past --timeout

@@ -1,4 +1,4 @@
-"""One Ray Serve replica: the whole server (create_app's guarded app over one Synthesizer) in one Ray actor.
+"""One Ray Serve replica: the whole server (create_app's guarded app over one LoadedModel) in one Ray actor.
 
 Imported only inside Ray (the module imports ray); codes/serve/cluster.py deploys it. The replica
 builds its state and loads its model in its constructor, so Ray Serve counts it up only once it can
