@@ -12,12 +12,13 @@ Latency first (docs/DESIGN.md §scheduling): each step takes the items in order 
 ones (a request's first chunk, a voice someone waits on, a later chunk that must start now to be
 done by its due time, else its listener hears silence) before the rest, each side by when it must
 start. So a client that floods the server with new requests delays another's next chunk by at most
-the first chunks that were waiting when that chunk had to start (bench/fairness.py). An item not chosen for a step just waits: its
-state is its tokens and step counter, so pausing costs nothing. Beside a pressing item another
-joins only where batching is nearly free: where the tokens it adds cost less than a step's fixed
-cost, by a cost model fitted to the steps this engine ran (StepCost). On a CPU, where a step's
-cost is its tokens, pressing items run one after another; on a device with room to spare they
-share steps. Items that are not pressing fill the batch up to max_batch, for throughput.
+the first chunks that were waiting when that chunk had to start (bench/fairness.py). An item not
+chosen for a step just waits: its state is its tokens and step counter, so pausing costs nothing.
+Beside a pressing item another joins only where batching is nearly free: where the tokens it adds
+cost less than a step's fixed cost, by a cost model fitted to the steps this engine ran
+(StepCost). On a CPU, where a step's cost is its tokens, pressing items run one after another; on
+a device with room to spare they share steps. Items that are not pressing fill the batch up to
+max_batch, for throughput.
 """
 
 from __future__ import annotations
@@ -273,7 +274,7 @@ class StepEngine:
         for item in sorted(self._items, key=lambda item: item.priority(now)):
             if len(chosen) >= self.max_batch:
                 break
-            if chosen and any(c.pressing(now) for c in chosen):
+            if chosen and chosen[0].pressing(now):  # sorted: any pressing item in the step is first
                 if not self.cost.nearly_free(step_tokens([*chosen, item]) - step_tokens(chosen)):
                     continue
             if item.started_at is None:

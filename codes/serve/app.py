@@ -31,7 +31,7 @@ from codes.common.errors import UserError
 from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.encode import CONTENT_TYPES, StreamEncoder
-from codes.serve.errors import RequestError, StreamFailed, as_request_error
+from codes.serve.errors import ClientStalled, RequestError, StreamFailed, as_request_error
 from codes.serve.lifecycle import Speaking
 from codes.serve.origins import refusal
 from codes.serve.params import MODEL_IDS, SpeechParams, parse_speech
@@ -53,10 +53,6 @@ def envelope(status: int, message: str, param=None, code=None, kind="invalid_req
 
 def error_envelope(error: RequestError) -> JSONResponse:
     return envelope(error.status, error.message, error.param, error.code, error.kind)
-
-
-class ClientStalled(ConnectionError):
-    """The client left a response unread past --write-seconds."""
 
 
 # --- the app ---------------------------------------------------------------------------------------
@@ -232,7 +228,7 @@ def create_app(state: ServerState, doors=()):
     async def health():
         error = state.unavailable()
         if error is not None:
-            return envelope(error.status, error.message, code=error.code, kind=error.kind)
+            return error_envelope(error)
         engine = state.model.engine
         return {"status": "ok", "outstanding_items": len(state.model.outstanding), "requests_in_flight": state.in_flight,
                 "max_batch": engine.max_batch, "max_queue": engine.max_queue}

@@ -29,6 +29,11 @@ class StreamFailed(Exception):
         self.server_side = server_side
 
 
+class ClientStalled(ConnectionError):
+    """A client left what the server sent unread past its door's write timeout (--write-seconds,
+    --wyoming-write-seconds): it is let go, and its request ends as disconnected."""
+
+
 def too_busy(limits: Limits) -> RequestError:
     return RequestError(429, f"the server is busy ({limits.max_concurrent} requests in flight); retry shortly",
                         code="rate_limit_exceeded", kind="rate_limit_error")

@@ -40,7 +40,7 @@ from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
 from codes.runtime.voice_design import LANGUAGE_IDS
 from codes.serve.encode import pcm16
-from codes.serve.errors import RequestError, StreamFailed, as_request_error
+from codes.serve.errors import ClientStalled, RequestError, StreamFailed, as_request_error
 from codes.serve.lifecycle import Speaking
 from codes.serve.params import parse_speech
 from codes.serve.service import ServerState
@@ -276,10 +276,6 @@ class SpeechHandler(AsyncEventHandler):
         error = as_request_error(exc)
         with contextlib.suppress(ConnectionError):
             await self._error(error.message, _code(error))
-
-
-class ClientStalled(ConnectionError):
-    """The client left its audio unread past --wyoming-write-seconds."""
 
 
 def _code(error: RequestError) -> str | None:
