@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+from venvs import runtime_venv
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RUNTIME_MODULES = [
@@ -19,6 +18,8 @@ RUNTIME_MODULES = [
     "codes.runtime.decoding",
     "codes.runtime.audio",
     "codes.runtime.prompt_file",
+    "codes.runtime.normalize",
+    "codes.api",
 ]
 FORBIDDEN = ["torch", "torchaudio", "transformers", "omnivoice", "pydub", "librosa"]
 
@@ -33,30 +34,6 @@ def test_runtime_modules_import_without_torch():
     )
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
-
-
-def runtime_venv() -> Path:
-    """A venv holding requirements-runtime.txt alone, made once and kept in the test cache under the file's
-    hash (a fresh clone makes it anew; pip takes what its wheel cache holds)."""
-    requirements = REPO_ROOT / "requirements-runtime.txt"
-    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()[:16]
-    root = Path(os.environ["OMNIVOICE_ONNX_CACHE"]) / "venvs"
-    venv = root / f"runtime-{digest}"
-    if (venv / "installed").is_file():
-        return venv
-    root.mkdir(parents=True, exist_ok=True)
-    staging = root / f".runtime-{digest}.{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", str(staging)], check=True)
-    install = subprocess.run([str(staging / "bin" / "python"), "-m", "pip", "install", "--quiet", "-r",
-                              str(requirements)], capture_output=True, text=True, timeout=900)
-    assert install.returncode == 0, install.stderr
-    (staging / "installed").write_text(digest)
-    try:
-        staging.rename(venv)
-    except OSError:  # another run made it first: use that one
-        shutil.rmtree(staging)
-    return venv
 
 
 def test_runtime_runs_in_a_venv_with_only_the_runtime_requirements(builds, tmp_path):

@@ -22,6 +22,7 @@ from codes.runtime.duration import estimate_target_tokens, resolve_target_len
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
 from codes.runtime.manifest import read_manifest
+from codes.runtime.normalize import normalize_text as normalize
 from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
 from codes.runtime.probe import CAUSAL_ADVICE
 from codes.runtime import prompt_file
@@ -263,11 +264,30 @@ class OmniVoiceOnnx:
         codes = self.codec.encode(wav, SAMPLE_RATE)
         return Voice(codes, add_punctuation(ref_text) if preprocess_prompt else ref_text, ref_rms)
 
+    def create_voices(self, ref_audio, ref_text, preprocess_prompt: bool = True) -> Voice | list[Voice | None]:
+        """create_voice for one clip, or for each of a list of clips (with one transcript each); a None
+        clip in the list is an item without a voice. A clip listed twice is encoded once."""
+        if not isinstance(ref_audio, list):
+            return self.create_voice(ref_audio, ref_text, preprocess_prompt)
+        texts = _per_item(ref_text, len(ref_audio), "ref_text")
+        made: dict[tuple, Voice] = {}
+        voices = []
+        for clip, clip_text in zip(ref_audio, texts):
+            if clip is None:
+                voices.append(None)
+                continue
+            key = (str(clip), clip_text) if isinstance(clip, (str, Path)) else (id(clip), clip_text)
+            if key not in made:
+                made[key] = self.create_voice(clip, clip_text, preprocess_prompt)
+            voices.append(made[key])
+        return voices
+
     # --- generation ------------------------------------------------------------------------------
 
-    def settle(self, texts: Sequence[str], language=None, instruct=None, voice: Voice | None = None,
-               duration=None, speed=None, num_frames=None) -> list[Request]:
-        """Per-item requests as upstream's `_preprocess_all`: languages, instructs, target lengths."""
+    def settle(self, texts: Sequence[str], language=None, instruct=None, voice: Voice | Sequence[Voice | None] | None = None,
+               duration=None, speed=None, num_frames=None, normalize_text: bool = False) -> list[Request]:
+        """Per-item requests as upstream's `_preprocess_all`: languages, (normalized) texts, instructs,
+        target lengths. Every argument but normalize_text may be one value or one per text."""
         texts = [texts] if isinstance(texts, str) else list(texts)
         if not texts:
             raise UserError("no text to synthesize")
@@ -277,9 +297,13 @@ class OmniVoiceOnnx:
         count = len(texts)
         languages, instructs = _per_item(language, count, "language"), _per_item(instruct, count, "instruct")
         durations, speeds = _per_item(duration, count, "duration"), _per_item(speed, count, "speed")
-        frames = _per_item(num_frames, count, "num_frames")
+        frames, voices = _per_item(num_frames, count, "num_frames"), _per_item(voice, count, "voice")
         requests = []
-        for text, lang, inst, dur, spd, n_frames in zip(texts, languages, instructs, durations, speeds, frames):
+        for text, lang, inst, dur, spd, n_frames, voice in zip(texts, languages, instructs, durations, speeds,
+                                                               frames, voices):
+            lang = resolve_language(lang)
+            if normalize_text:  # upstream's order: after the language, before the instruct and the length
+                text = normalize(text, lang)
             if dur is not None and not dur > 0:
                 raise UserError(f"duration must be > 0 seconds, got {dur}")
             if spd is not None and not spd > 0:
@@ -291,7 +315,7 @@ class OmniVoiceOnnx:
                     raise UserError(f"the number of audio tokens must be >= 1, got {n_frames}")
                 plain = estimate_target_tokens(text, voice.text if voice else None, ref_frames)
                 target_len, item_speed = int(n_frames), plain / int(n_frames)
-            requests.append(Request(text, resolve_language(lang), resolve_instruct(inst, use_zh=contains_chinese(text)),
+            requests.append(Request(text, lang, resolve_instruct(inst, use_zh=contains_chinese(text)),
                                     voice, target_len, item_speed))
         return requests
 
@@ -377,20 +401,23 @@ class OmniVoiceOnnx:
                   for request, chunks in zip(requests, chunked)]
         return audios, [np.concatenate(chunks, axis=1) for chunks in chunked]
 
-    def generate(self, text, language=None, instruct=None, ref_audio=None, ref_text=None, voice: Voice | None = None,
-                 duration=None, speed=None, num_frames=None, seed: int | None = None, noise: NoiseSource | None = None,
-                 return_codes: bool = False, on_step=None, **settings_overrides):
+    def generate(self, text, language=None, instruct=None, ref_audio=None, ref_text=None,
+                 voice: Voice | Sequence[Voice | None] | None = None, duration=None, speed=None, num_frames=None,
+                 seed: int | None = None, noise: NoiseSource | None = None, return_codes: bool = False,
+                 on_step=None, normalize_text: bool = False, settings: GenerationSettings | None = None,
+                 **settings_overrides):
         """Speech for one text (an array) or a list of texts (a list of arrays), float32 at 24 kHz.
 
-        Settings (num_steps, guidance_scale, t_shift, layer_penalty_factor, position_temperature,
-        class_temperature, denoise, postprocess_output, ...) default to GenerationSettings().
+        Every argument may be one value or one per text; a voice (or ref_audio with ref_text) per text
+        clones several voices in one batch. Settings (num_steps, guidance_scale, t_shift, ...) are
+        `settings` (default GenerationSettings()) with settings_overrides applied.
         With return_codes, returns (audio, codes) where codes are [8, T] per item. Item i of a seeded
         batch draws its noise from seed + i, so it sounds as it would alone with that seed.
         """
-        settings = self.defaults.replace(**settings_overrides)
+        settings = (settings or self.defaults).replace(**settings_overrides)
         if voice is None and ref_audio is not None:
-            voice = self.create_voice(ref_audio, ref_text, settings.preprocess_prompt)
-        requests = self.settle(text, language, instruct, voice, duration, speed, num_frames)
+            voice = self.create_voices(ref_audio, ref_text, settings.preprocess_prompt)
+        requests = self.settle(text, language, instruct, voice, duration, speed, num_frames, normalize_text)
         noise = noise if noise is not None else item_noises(seed, len(requests))
         audios, codes = self.synthesize(requests, settings, noise, on_step)
         single = isinstance(text, str)
