@@ -3,10 +3,13 @@
 
   python corpus.py --model_dir models/omnivoice-cpu --input lines.jsonl --output out/
   python corpus.py --model_dir DIR --input lines.parquet --output out/ --address ray://head:10001
+  python corpus.py --model DIR --test_list test.jsonl --res_dir results/      # upstream's omnivoice-infer-batch
 
-Rows: id (unique, names the audio file), text, and optionally language, instruct, voice (a .npz from
-inference.py --save_voice), ref_audio + ref_text, duration, speed, seed. Audio goes to
-OUT/audio/<id>.<format>, one record per row to OUT/results.parquet and OUT/results.jsonl; running
+Rows: id (unique, names the audio file), text, and optionally language (or upstream's language_id),
+instruct, voice (a voice file from inference.py --save_voice), ref_audio + ref_text, duration, speed, seed;
+language_name is accepted and left to reports, as upstream does. Audio goes to OUT/audio/<id>.<format>
+(with --res_dir, upstream's layout: RES_DIR/<id>.wav), one record per row to results.parquet and
+results.jsonl beside it; running
 the same command again skips what is done and redoes what failed or is missing, except a row that
 took its actor down (a crash): that one is skipped until --retry-failed.
 """
@@ -20,18 +23,35 @@ from pathlib import Path
 from codes.common.errors import run_cli
 from codes.runtime.settings import add_generation_flags, settings_from_flags
 
+DEFAULT_BATCH_SIZE = 4
+UPSTREAM_BATCH_SECONDS = 1000.0  # omnivoice-infer-batch's --batch_duration default
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model_dir", type=Path, help="a build folder from optimize.py (default: models/omnivoice-cpu)")
+    p.add_argument("--model_dir", "--model", dest="model_dir", type=Path,
+                   help="a build folder from optimize.py (default: models/omnivoice-cpu)")
     p.add_argument("--higgs_dir", type=Path, help="a codec folder or a build holding one (default: the model folder's)")
-    p.add_argument("--input", required=True, help="a .jsonl, .parquet or .csv file of rows, or a folder of them")
-    p.add_argument("--output", type=Path, required=True, help="the corpus folder: audio/, results.parquet, .jsonl")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", help="a .jsonl, .parquet or .csv file of rows, or a folder of them")
+    source.add_argument("--test_list", help="upstream's test list (JSONL: id, text, ref_audio, ref_text, instruct, "
+                                            "language_id, language_name, duration, speed), as --input")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--output", type=Path, help="the corpus folder: audio/, results.parquet, .jsonl")
+    target.add_argument("--res_dir", type=Path, help="as --output, with upstream's layout: RES_DIR/<id>.wav "
+                                                     "beside the results")
+    p.add_argument("--lang_id", help="every row's language, whatever the row says (upstream's --lang_id)")
+    p.add_argument("--normalize_text", action="store_true",
+                   help="numbers, dates, currency, times and units into words first (upstream's normalize_text)")
     p.add_argument("--address", help="join this Ray cluster (e.g. ray://head:10001 or auto); default: a local Ray")
     p.add_argument("--actors", type=int, help="actors, each holding one model (default: CPUs / --threads-per-actor)")
     p.add_argument("--threads-per-actor", type=int, default=1, help="ONNX Runtime threads (and Ray CPUs) per actor")
-    p.add_argument("--batch-size", type=int, default=4,
-                   help="rows of similar length handed to an actor at a time (a killed run loses at most these)")
+    p.add_argument("--batch-size", "--batch_size", dest="batch_size", type=int,
+                   help="rows of similar length handed to an actor at a time (default 4; a killed run loses at most "
+                        "these); 0, as upstream: batches of --batch_duration seconds")
+    p.add_argument("--batch_duration", type=float,
+                   help="batches of at most this many estimated seconds (reference + speech) instead of "
+                        "--batch-size rows, as upstream's omnivoice-infer-batch (its default: 1000)")
     p.add_argument("--provider", choices=("cpu", "cuda"), help="execution provider (default: the build's)")
     p.add_argument("--gpus-per-actor", type=float, help="GPUs per actor (default: 1 with --provider cuda, else 0)")
     p.add_argument("--format", choices=("wav", "flac"), default="wav", help="audio files: 16-bit WAV or FLAC")
@@ -49,10 +69,21 @@ def main(argv=None) -> int:
     from codes.corpus.run import CorpusOptions, Interrupted, RunFailed, run_corpus
 
     settings = settings_from_flags(args)
+    # As upstream: a fixed --batch_size wins, 0 means by duration (its default 1000 s); ours: 4 rows unless
+    # only --batch_duration is given.
+    batch_size, batch_duration = args.batch_size, args.batch_duration
+    if batch_size == 0:
+        batch_size, batch_duration = DEFAULT_BATCH_SIZE, batch_duration or UPSTREAM_BATCH_SECONDS
+    elif batch_size is not None:
+        batch_duration = None
+    else:
+        batch_size = DEFAULT_BATCH_SIZE
     options = CorpusOptions(
-        input=args.input, output=args.output, model_dir=args.model_dir, higgs_dir=args.higgs_dir,
+        input=args.input or args.test_list, output=args.output or args.res_dir, model_dir=args.model_dir,
+        higgs_dir=args.higgs_dir, audio_dir="" if args.res_dir else "audio", lang_id=args.lang_id,
+        normalize_text=args.normalize_text, batch_duration=batch_duration,
         address=args.address, actors=args.actors, threads_per_actor=args.threads_per_actor,
-        batch_size=args.batch_size, provider=args.provider, gpus_per_actor=args.gpus_per_actor,
+        batch_size=batch_size, provider=args.provider, gpus_per_actor=args.gpus_per_actor,
         audio_format=args.format, seed=args.seed, settings=settings, verbose=args.verbose,
         retry_failed=args.retry_failed,
     )

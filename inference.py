@@ -48,6 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, help="output length in seconds (overrides --speed)")
     p.add_argument("--num_audio_tokens", type=int, help="output length in codec frames (25 per second)")
     p.add_argument("--speed", type=float, help="speaking rate factor (> 1 faster)")
+    p.add_argument("--normalize_text", action="store_true",
+                   help="numbers, dates, currency, times and units into words first, as upstream's "
+                        "normalize_text=True (tags such as [laughter] and pinyin are kept)")
     add_generation_flags(p)
     p.add_argument("--seed", type=int, help="seed for the sampling noise: same seed, same output (line i of a batch "
                                             "draws from seed + i, so its noise does not depend on --batch_size)")
@@ -108,7 +111,8 @@ def main(argv=None) -> int:
     batches = [range(first, min(first + args.batch_size, len(jobs))) for first in range(0, len(jobs), args.batch_size)]
     requests = [
         tts.settle([jobs[i].text for i in batch], [jobs[i].language for i in batch], [jobs[i].instruct for i in batch],
-                   voice, [jobs[i].duration for i in batch], [jobs[i].speed for i in batch], args.num_audio_tokens)
+                   voice, [jobs[i].duration for i in batch], [jobs[i].speed for i in batch], args.num_audio_tokens,
+                   args.normalize_text)
         for batch in batches
     ]
     # Load the codec's decoder now: a missing codec fails before any compute, and its load stays out of the RTF.

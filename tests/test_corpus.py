@@ -342,7 +342,7 @@ def test_bad_command_input_is_one_error_line_and_writes_nothing(build, inputs, t
         out.mkdir()
         (out / "results.parquet").write_text("someone else's")
     else:
-        extra = ["--batch-size", "0"]
+        extra = ["--batch-size", "-1"]  # 0 is upstream's "by --batch_duration"
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     result = corpus("--model_dir", build, "--input", source, "--output", out, *extra)
     assert result.returncode == 2, result.stderr
@@ -521,12 +521,9 @@ def test_a_row_whose_marker_outlived_its_actor_is_failed_and_a_published_row_is_
 
 
 def test_only_files_this_command_wrote_are_replaced(tmp_path):
-    from types import SimpleNamespace
-
     from codes.common.fileio import sha256_file
     from codes.corpus.ledger import CRASHED, Ledger, check_output_dir, record
-    from codes.corpus.run import _plan
-    from codes.runtime.settings import GenerationSettings
+    from codes.corpus.run import CorpusOptions, _plan
 
     out = tmp_path / "out"
     check_output_dir(out)
@@ -547,7 +544,7 @@ def test_only_files_this_command_wrote_are_replaced(tmp_path):
     checked = [dict(id=name, row=f"line {i}", request=_work_item(name)["request"], frames=10, error=None,
                     warning=None)
                for i, name in enumerate(("ours", "failed", "crashed", "claimed"), 1)]
-    options = SimpleNamespace(audio_format="wav", settings=GenerationSettings(), retry_failed=True)
+    options = CorpusOptions(input="rows.jsonl", output=out, retry_failed=True)
     results, todo, _ = _plan(checked, ledger, options, "build")
     assert [t["id"] for t in todo] == ["ours"]  # a new request for our file: it is removed, to be spoken again
     assert not (out / "audio" / "ours.wav").exists()
@@ -560,3 +557,52 @@ def test_only_files_this_command_wrote_are_replaced(tmp_path):
     ledger.append([written])
     assert not ledger.wrote("audio/ours.wav")
     ledger.close()
+
+
+def test_an_upstream_test_list_runs_as_upstreams_batch_tool_is_run(build, tmp_path):
+    """omnivoice-infer-batch's list and flags: RES_DIR/<id>.wav per row, language_id reaching the model, paths
+    relative to the list, a bad row failed on its own."""
+    folder = tmp_path / "lists"
+    (folder / "clips").mkdir(parents=True)
+    write_clip(folder / "clips" / "ref.wav", reference_clip(), SAMPLE_RATE)
+    rows = [
+        {"id": "clone", "text": "I have 3 apples.", "ref_audio": "clips/ref.wav", "ref_text": REF_TEXT,
+         "language_id": "en", "language_name": "English", "duration": None, "speed": 1.1},
+        {"id": "design", "text": "Ich habe 25 Äpfel.", "instruct": "female, low pitch", "language_id": "de",
+         "language_name": "German", "duration": 2.0},
+        {"id": "plain", "text": "No language, no voice."},
+        {"id": "broken", "text": None},
+    ]
+    (folder / "test.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    res_dir = tmp_path / "res"
+    done = corpus("--model", build, "--test_list", folder / "test.jsonl", "--res_dir", res_dir, "--num_step", "4",
+                  "--postprocess_output", "false", "--denoise", "true", "--batch_size", "0", "--batch_duration", "30",
+                  "--normalize_text")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in res_dir.glob("*.wav")) == ["clone.wav", "design.wav", "plain.wav"]
+    assert not (res_dir / "audio").exists()
+    by_id = {r["id"]: r for r in results_of(res_dir)}
+    assert by_id["broken"]["status"] == "error" and 'no "text"' in by_id["broken"]["error"]
+    assert by_id["design"]["warning"] is None  # language_id and language_name are known keys
+
+    args = ["--model_dir", build, "--text", "Ich habe 25 Äpfel.", "--instruct", "female, low pitch", "--duration", "2",
+            "--seed", row_seed("design", 0), "--num_steps", "4", "--no_postprocess", "--normalize_text", "--quiet"]
+    run_script("inference.py", *args, "--language", "de", "--output", tmp_path / "de.wav", check=True)
+    assert np.array_equal(wav_samples(tmp_path / "de.wav"), wav_samples(res_dir / "design.wav"))
+
+    again = corpus("--model", build, "--test_list", folder / "test.jsonl", "--res_dir", res_dir, "--num_step", "4",
+                   "--postprocess_output", "false", "--batch_size", "0", "--batch_duration", "30", "--normalize_text")
+    assert again.returncode == 0 and "0 spoken, 1 failed, 3 skipped" in again.stdout, again.stdout
+
+
+def test_lang_id_is_every_rows_language_and_language_id_is_language():
+    from codes.corpus.rows import check_row
+
+    _, request, warnings = check_row({"id": "a", "text": "x", "language_id": "de", "language_name": "German"}, None, 0)
+    assert request["language"] == "de" and "language_id" not in request and warnings == []
+    _, request, _ = check_row({"id": "a", "text": "x", "language_id": "de"}, None, 0, lang_id="fr")
+    assert request["language"] == "fr"
+    _, request, _ = check_row({"id": "a", "text": "x", "language": "en", "language_id": "en"}, None, 0)
+    assert request["language"] == "en"
+    with pytest.raises(RowError, match='"language" "en" and "language_id" "de" differ'):
+        check_row({"id": "a", "text": "x", "language": "en", "language_id": "de"}, None, 0)

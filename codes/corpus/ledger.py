@@ -67,9 +67,15 @@ def record(**values) -> dict:
     return {name: values.get(name) for name in COLUMNS}
 
 
-def check_output_dir(out_dir: Path) -> None:
+def audio_path(audio_dir: str, name: str) -> str:
+    """A file's path relative to OUT_DIR: under audio/, or (upstream's --res_dir layout, audio_dir "") beside
+    the results."""
+    return f"{audio_dir}/{name}" if audio_dir else name
+
+
+def check_output_dir(out_dir: Path, audio_dir: str = AUDIO_DIR) -> None:
     """Fail before anything is written if OUT_DIR cannot be ours: a file in the way, or results we did not write."""
-    for path, what in ((out_dir, "--output"), (out_dir / AUDIO_DIR, "audio folder"),
+    for path, what in ((out_dir, "--output"), (out_dir / audio_dir, "audio folder"),
                        (out_dir / STATE_DIR, "state folder")):
         if path.exists() and not path.is_dir():
             raise UserError(f"{what} {path} is a file, not a folder; choose another --output")
@@ -91,10 +97,11 @@ def _is_ours(out_dir: Path) -> bool:
 
 
 class Ledger:
-    def __init__(self, out_dir: Path):
+    def __init__(self, out_dir: Path, audio_dir: str = AUDIO_DIR):
         """Create OUT_DIR's folders, take its lock and load the ledger (call check_output_dir first)."""
         self.out_dir = out_dir
-        self.audio_dir = out_dir / AUDIO_DIR
+        self.audio_subdir = audio_dir
+        self.audio_dir = out_dir / audio_dir
         self.state_dir = out_dir / STATE_DIR
         adopt_results = not (self.state_dir / LEDGER).is_file() and _is_ours(out_dir)
         try:
@@ -202,7 +209,7 @@ class Ledger:
         with os.scandir(self.audio_dir) as found:
             for item in found:
                 match = TEMPORARY.match(item.name)
-                if match and item.is_file(follow_symlinks=False) and self.claims(f"{AUDIO_DIR}/{match['name']}"):
+                if match and item.is_file(follow_symlinks=False) and self.claims(audio_path(self.audio_subdir, match["name"])):
                     try:
                         os.unlink(item.path)
                         removed += 1

@@ -1,7 +1,8 @@
 """One corpus row, checked: a bad row becomes that row's error message and never stops the run.
 
 A row is {"id", "text", "language"?, "instruct"?, "voice"?, "ref_audio"?, "ref_text"?, "duration"?,
-"speed"?, "seed"?}. The id names the audio file, so it must be a safe file name. Checks that need
+"speed"?, "seed"?}; upstream's test lists (omnivoice-infer-batch) spell the language "language_id" and may
+carry "language_name", which only its reports read. The id names the audio file, so it must be a safe file name. Checks that need
 the model (language, instruct, reading the voice files) happen in the actor, where the row is spoken.
 """
 
@@ -16,8 +17,9 @@ import pyarrow as pa
 
 from codes.runtime.duration import estimate_target_tokens, frames_for_duration
 
-ROW_KEYS = ("id", "text", "language", "instruct", "voice", "ref_audio", "ref_text", "duration", "speed", "seed")
-OPTIONAL_STRINGS = ("language", "instruct", "voice", "ref_audio", "ref_text")
+ROW_KEYS = ("id", "text", "language", "language_id", "language_name", "instruct", "voice", "ref_audio", "ref_text",
+            "duration", "speed", "seed")
+OPTIONAL_STRINGS = ("language", "language_id", "language_name", "instruct", "voice", "ref_audio", "ref_text")
 MAX_ID_BYTES = 200  # the id plus extension and atomic_path's temporary name stay under NAME_MAX (255)
 MAX_SEED = 2**63  # seeds live in int64 columns
 
@@ -123,8 +125,9 @@ def _resolve(path: str, base_dir: str | None) -> str:
     return os.path.normpath(os.path.join(base_dir, path))
 
 
-def check_row(row, base_dir: str | None, base_seed: int) -> tuple[str, dict, list[str]]:
-    """(id, request, warnings) for one input row; RowError says what is wrong with it."""
+def check_row(row, base_dir: str | None, base_seed: int, lang_id: str | None = None) -> tuple[str, dict, list[str]]:
+    """(id, request, warnings) for one input row; RowError says what is wrong with it. lang_id (upstream's
+    --lang_id) is every row's language, whatever the row says."""
     if not isinstance(row, dict):
         raise RowError(f"the row is not a JSON object, got {_shown(row)}; write one object per line")
     row_id = check_id(row.get("id"))
@@ -146,6 +149,12 @@ def check_row(row, base_dir: str | None, base_seed: int) -> tuple[str, dict, lis
             raise RowError(f'"{key}" must be a string, got {_shown(value)}')
         # An empty cell means "not given" (CSV has no null).
         request[key] = value if value is not None and value.strip() else None
+    language, language_id = request.pop("language"), request.pop("language_id")
+    if language and language_id and language != language_id:
+        raise RowError(f'"language" {_shown(language)} and "language_id" {_shown(language_id)} differ; '
+                       'they are one setting (upstream\'s lists name it language_id): give one')
+    request.pop("language_name")  # upstream's reports group by it; the model never reads it
+    request["language"] = lang_id or language or language_id
     if request["voice"] and request["ref_audio"]:
         raise RowError('give either "voice" (a saved .npz) or "ref_audio" with "ref_text", not both')
     if request["ref_audio"] and not request["ref_text"]:
@@ -171,7 +180,7 @@ def estimated_frames(request: dict) -> int:
     return estimate_target_tokens(request["text"], None, None, request["speed"] or 1.0)
 
 
-def check_batch(batch: pa.Table, kind: str, base_dir: str | None, base_seed: int) -> pa.Table:
+def check_batch(batch: pa.Table, kind: str, base_dir: str | None, base_seed: int, lang_id: str | None = None) -> pa.Table:
     """The read stage's map: input rows (kind "table") or JSONL lines (kind "lines") -> CHECKED_SCHEMA."""
     out = []
     for item in batch.to_pylist():
@@ -192,7 +201,7 @@ def check_batch(batch: pa.Table, kind: str, base_dir: str | None, base_seed: int
                         record["id"] = _id_or_none(row.get("id"))
                 else:
                     record["id"] = _id_or_none(row.get("id"))
-                row_id, request, warnings = check_row(row, base_dir, base_seed)
+                row_id, request, warnings = check_row(row, base_dir, base_seed, lang_id)
                 record.update(id=row_id, request=json.dumps(request, ensure_ascii=False),
                               frames=estimated_frames(request), warning="; ".join(warnings) or None)
             except RowError as exc:

@@ -24,9 +24,10 @@ from codes.common.errors import UserError
 from codes.common.ray_start import ray_cause, start_ray
 from codes.corpus import rows as row_checks
 from codes.common.fileio import sha256_file
-from codes.corpus.ledger import AUDIO_DIR, RESULTS_PARQUET, Ledger, check_output_dir, record
+from codes.corpus.ledger import AUDIO_DIR, RESULTS_PARQUET, Ledger, audio_path, check_output_dir, record
 from codes.runtime.manifest import MANIFEST_NAME, find_builds, read_manifest
 from codes.runtime.settings import GenerationSettings
+from codes.runtime.specs import FRAME_RATE
 
 INPUT_KINDS = {".jsonl": "lines", ".ndjson": "lines", ".parquet": "parquet", ".csv": "csv"}
 FORMATS = ("wav", "flac")
@@ -51,6 +52,10 @@ class CorpusOptions:
     settings: GenerationSettings = field(default_factory=GenerationSettings)
     verbose: bool = False
     retry_failed: bool = False  # speak again the rows that took their actor down last time
+    audio_dir: str = AUDIO_DIR  # "": the audio beside the results, as upstream's --res_dir
+    lang_id: str | None = None  # every row's language (upstream's --lang_id)
+    normalize_text: bool = False  # numbers, dates, ... into words first (upstream's normalize_text=True)
+    batch_duration: float | None = None  # batches by estimated seconds (reference + speech), not by rows
 
 
 @dataclass
@@ -86,7 +91,7 @@ def run_corpus(options: CorpusOptions) -> Summary:
     model_dir, higgs_dir = find_builds(options.model_dir, options.higgs_dir)
     model_key = _build_key(model_dir, higgs_dir)
     out_dir = Path(options.output)
-    check_output_dir(out_dir)
+    check_output_dir(out_dir, options.audio_dir)
 
     try:
         import ray
@@ -95,9 +100,9 @@ def run_corpus(options: CorpusOptions) -> Summary:
 
     _start_ray(options)
     try:
-        checked = _read_rows(options.input, kind, base_dir, options.seed)
+        checked = _read_rows(options.input, kind, base_dir, options.seed, options.lang_id)
         actors, threads, gpus = _actor_resources(options)
-        ledger = Ledger(out_dir)
+        ledger = Ledger(out_dir, options.audio_dir)
         try:
             return _run(options, checked, ledger, model_dir, higgs_dir, model_key, actors, threads, gpus)
         finally:
@@ -109,6 +114,8 @@ def run_corpus(options: CorpusOptions) -> Summary:
 def _check_options(options: CorpusOptions) -> None:
     if options.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {options.batch_size}")
+    if options.batch_duration is not None and not options.batch_duration > 0:
+        raise UserError(f"--batch_duration must be > 0 seconds, got {options.batch_duration}")
     if options.actors is not None and options.actors < 1:
         raise UserError(f"--actors must be >= 1, got {options.actors}")
     if options.threads_per_actor < 1:
@@ -174,7 +181,7 @@ def _start_ray(options: CorpusOptions) -> None:
                 handler.setLevel(logging.CRITICAL)
 
 
-def _read_rows(path: str, kind: str, base_dir: str | None, seed: int) -> list[dict]:
+def _read_rows(path: str, kind: str, base_dir: str | None, seed: int, lang_id: str | None) -> list[dict]:
     """Every input line or row in input order, checked by Ray Data's read stage."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
@@ -201,7 +208,7 @@ def _read_rows(path: str, kind: str, base_dir: str | None, seed: int) -> list[di
                                 f"every row needs an id and a text (it has: {', '.join(columns)})")
         checked = dataset.map_batches(row_checks.check_batch, batch_format="pyarrow",
                                       fn_kwargs=dict(kind="lines" if kind == "lines" else "table",
-                                                     base_dir=base_dir, base_seed=seed))
+                                                     base_dir=base_dir, base_seed=seed, lang_id=lang_id))
         found = [item for batch in checked.iter_batches(batch_size=None, batch_format="pyarrow")
                  for item in batch.to_pylist()]
     except UserError:
@@ -259,9 +266,10 @@ def _run(options, checked, ledger: Ledger, model_dir, higgs_dir, model_key, acto
         ledger.append([record(id=t["id"], row=t["row"], status="pending", audio_path=t["audio_path"],
                               fingerprint=t["fingerprint"]) for t in todo])
         ledger.remove_temporaries()
-        summary.actors, summary.threads_per_actor = _pool_size(actors, len(todo), options.batch_size), threads
+        batches = _batches(sorted(todo, key=lambda t: -t["frames"]), options)  # longest first: the pool ends on short ones
+        summary.actors, summary.threads_per_actor = min(actors, len(batches)), threads  # no actor without a batch
         start = time.perf_counter()
-        for done in _speak(todo, options, ledger, model_dir, higgs_dir, actors, threads, gpus):
+        for done in _speak(batches, options, ledger, model_dir, higgs_dir, summary.actors, threads, gpus):
             if done["status"] == "ok":
                 summary.spoken += 1
                 summary.audio_seconds += done["audio_seconds"]
@@ -295,6 +303,8 @@ def _plan(checked: list[dict], ledger: Ledger, options, model_key: str) -> tuple
     """(results known before any synthesis: errors and skipped rows, None for the rest; the rows to speak;
     how many rows are skipped because they took their actor down last time)."""
     fmt, settings = options.audio_format, options.settings.to_dict()
+    if options.normalize_text:  # only then: a run without it keeps the fingerprints it had before
+        settings["normalize_text"] = True
     where: dict = {}
     for item in checked:
         if item["id"] is not None:
@@ -315,21 +325,21 @@ def _plan(checked: list[dict], ledger: Ledger, options, model_key: str) -> tuple
             duplicate = f"{named} used by {len(rows)} rows ({shown}); ids must be unique, they name the audio files"
             error = duplicate if error is None else f"{duplicate}; also: {error}"
         if error is None:
-            audio_path = f"{AUDIO_DIR}/{row_id}.{fmt}"
+            path = audio_path(options.audio_dir, f"{row_id}.{fmt}")
             voices = _voice_contents(json.loads(item["request"]), contents)
             # A row without voice files keeps the fingerprint it had before the files' contents were in it.
             stamp = row_checks.fingerprint(item["request"], *([voices] if any(voices) else []), settings, fmt,
                                            model_key)
-            final = ledger.out_dir / audio_path
-            if ledger.is_done(audio_path, stamp):
-                results[index] = {**ledger.entries[audio_path], "row": item["row"]}
+            final = ledger.out_dir / path
+            if ledger.is_done(path, stamp):
+                results[index] = {**ledger.entries[path], "row": item["row"]}
                 continue
-            if ledger.crashed(audio_path, stamp) and not options.retry_failed:
-                results[index] = {**ledger.entries[audio_path], "row": item["row"]}
+            if ledger.crashed(path, stamp) and not options.retry_failed:
+                results[index] = {**ledger.entries[path], "row": item["row"]}
                 crashed += 1
                 continue
-            if not (final.exists() or final.is_symlink()) or ledger.discard(audio_path):
-                todo.append(dict(index=index, id=row_id, row=item["row"], audio_path=audio_path,
+            if not (final.exists() or final.is_symlink()) or ledger.discard(path):
+                todo.append(dict(index=index, id=row_id, row=item["row"], audio_path=path,
                                  request=item["request"], fingerprint=stamp, frames=item["frames"]))
                 continue
             error = f"{final} exists and corpus.py did not write it; move it away or choose another --output"
@@ -355,7 +365,7 @@ def _voice_contents(request: dict, contents: dict[str, str]) -> list:
     return hashes
 
 
-def _speak(todo, options, ledger: Ledger, model_dir, higgs_dir, actors, threads, gpus):
+def _speak(batches, options, ledger: Ledger, model_dir, higgs_dir, actors, threads, gpus):
     """Run the actor pool over the claimed rows; yields each result as its batch lands in the ledger."""
     import pyarrow as pa
     import ray
@@ -363,21 +373,20 @@ def _speak(todo, options, ledger: Ledger, model_dir, higgs_dir, actors, threads,
 
     from codes.corpus.worker import WORK_SCHEMA, Synthesizer
 
-    todo = sorted(todo, key=lambda t: -t["frames"])  # longest first: the pool ends on short batches
-    batch_size = options.batch_size
-    rows_per_block = batch_size * max(1, math.ceil(math.ceil(len(todo) / batch_size) / MAX_BLOCKS))
-    blocks = [pa.Table.from_pylist([{k: t[k] for k in WORK_SCHEMA.names} for t in todo[i:i + rows_per_block]],
-                                   schema=WORK_SCHEMA) for i in range(0, len(todo), rows_per_block)]
+    # A block is a batch (map_batches takes whole blocks); past MAX_BLOCKS, neighbours share one.
+    per_block = max(1, math.ceil(len(batches) / MAX_BLOCKS))
+    blocks = [pa.Table.from_pylist([{k: t[k] for k in WORK_SCHEMA.names}
+                                    for batch in batches[i:i + per_block] for t in batch], schema=WORK_SCHEMA)
+              for i in range(0, len(batches), per_block)]
     provider = options.provider or ("cuda" if gpus else None)
     speaking = ray.data.from_arrow(blocks).map_batches(
-        Synthesizer, batch_size=batch_size, batch_format="pyarrow",
+        Synthesizer, batch_size=None, batch_format="pyarrow",
         fn_constructor_kwargs=dict(model_dir=str(Path(model_dir).resolve()),
                                    higgs_dir=str(Path(higgs_dir).resolve()) if higgs_dir else None,
                                    provider=provider, threads=threads, settings=options.settings.to_dict(),
-                                   out_dir=str(ledger.out_dir.resolve())),
+                                   out_dir=str(ledger.out_dir.resolve()), normalize_text=options.normalize_text),
         # One batch in flight per actor: batches take seconds, and a deep queue leaves one actor busy at the end.
-        compute=ray.data.ActorPoolStrategy(size=_pool_size(actors, len(todo), batch_size),
-                                           max_tasks_in_flight_per_actor=1),
+        compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
         num_cpus=threads, num_gpus=gpus or None,
     )
     spoken = 0
@@ -399,6 +408,34 @@ def _speak(todo, options, ledger: Ledger, model_dir, higgs_dir, actors, threads,
                         "run the same command again to resume") from None
 
 
-def _pool_size(actors: int, rows: int, batch_size: int) -> int:
-    """No more actors than batches: each one loads a model."""
-    return min(actors, math.ceil(rows / batch_size))
+def _batches(todo: list[dict], options: CorpusOptions) -> list[list[dict]]:
+    """The rows (longest first) in the batches actors take: --batch-size rows each, or with --batch_duration
+    as upstream's omnivoice-infer-batch groups them, at most that many estimated seconds of reference and
+    speech each (a longer row alone)."""
+    if options.batch_duration is None:
+        return [todo[i:i + options.batch_size] for i in range(0, len(todo), options.batch_size)]
+    batches, current, seconds = [], [], 0.0
+    for item in todo:
+        length = item["frames"] / FRAME_RATE + _clip_seconds(json.loads(item["request"])["ref_audio"])
+        if length > options.batch_duration:
+            batches.append([item])
+            continue
+        if current and seconds + length > options.batch_duration:
+            batches.append(current)
+            current, seconds = [], 0.0
+        current.append(item)
+        seconds += length
+    return batches + ([current] if current else [])
+
+
+def _clip_seconds(path: str | None) -> float:
+    """A reference clip's length from its header (0 where it cannot be read here: the actor reports that)."""
+    if not path or "://" in path:
+        return 0.0
+    import soundfile
+
+    try:
+        info = soundfile.info(path)
+    except Exception:  # soundfile raises several types for unreadable files
+        return 0.0
+    return info.frames / info.samplerate

@@ -63,12 +63,13 @@ def _published(receipt: Path, final: Path, item: dict) -> dict | None:
 
 class Synthesizer:
     def __init__(self, model_dir: str, higgs_dir: str | None, provider: str | None, threads: int,
-                 settings: dict, out_dir: str):
+                 settings: dict, out_dir: str, normalize_text: bool = False):
         from codes.runtime.synthesis import OmniVoiceOnnx
 
         self.tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=provider, threads=threads)
         self.tts.codec.load_decoder()
         self.settings = GenerationSettings.from_dict(settings)
+        self.normalize_text = normalize_text
         self.out_dir = Path(out_dir)
         self.actor = f"{socket.gethostname()}:{os.getpid()}"
         self.voices: OrderedDict[tuple, object] = OrderedDict()
@@ -102,7 +103,7 @@ class Synthesizer:
         start = time.perf_counter()
         try:
             settled = self.tts.settle(request["text"], request["language"], request["instruct"], self.voice(request),
-                                      request["duration"], request["speed"])
+                                      request["duration"], request["speed"], normalize_text=self.normalize_text)
             audios, _ = self.tts.synthesize(settled, self.settings, RandomNoise(request["seed"]))
             return self.publish(final, receipt, audios[0], done, start)
         except UserError as exc:

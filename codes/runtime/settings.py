@@ -78,16 +78,51 @@ TUNABLE = {"num_steps": int, "guidance_scale": float, "t_shift": float, "layer_p
                "position_temperature": float, "class_temperature": float}
 
 
+# The switches, by upstream's names, as its CLIs take them (--denoise false); ours (--no_denoise) stay too.
+SWITCHES = {"denoise": "the <|denoise|> token when cloning", "preprocess_prompt": "silence trimming of the "
+            "reference clip and end punctuation on its transcript", "postprocess_output": "removal of long "
+            "silences from the output"}
+CHUNKING = ("audio_chunk_duration", "audio_chunk_threshold")
+_NEGATED = {"denoise": "no_denoise", "postprocess_output": "no_postprocess"}
+
+
+def true_or_false(value: str) -> bool:
+    """upstream's str2bool: yes/true/t/y/1 and no/false/f/n/0."""
+    word = value.strip().lower()
+    if word in ("yes", "true", "t", "y", "1"):
+        return True
+    if word in ("no", "false", "f", "n", "0"):
+        return False
+    import argparse
+
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
 def add_generation_flags(parser) -> None:
     defaults = GenerationSettings()
     for name, kind in TUNABLE.items():
-        parser.add_argument(f"--{name}", type=kind, default=getattr(defaults, name),
+        spellings = [f"--{name}"] + [f"--{alias}" for alias, ours in ALIASES.items() if ours == name]
+        parser.add_argument(*spellings, dest=name, type=kind, default=getattr(defaults, name),
                             help=f"upstream's default: {getattr(defaults, name)}")
-    parser.add_argument("--no_denoise", action="store_true", help="leave out the <|denoise|> token when cloning")
-    parser.add_argument("--no_postprocess", action="store_true", help="keep long silences in the output")
+    for name in CHUNKING:
+        parser.add_argument(f"--{name}", type=float, default=getattr(defaults, name),
+                            help=f"long-text chunking, as upstream (default: {getattr(defaults, name)} s)")
+    for name, what in SWITCHES.items():
+        parser.add_argument(f"--{name}", type=true_or_false, metavar="BOOL",
+                            help=f"{what}: true or false (default: {str(getattr(defaults, name)).lower()})")
+    parser.add_argument("--no_denoise", action="store_true", help="leave out the <|denoise|> token when cloning "
+                                                                 "(as --denoise false)")
+    parser.add_argument("--no_postprocess", action="store_true", help="keep long silences in the output "
+                                                                     "(as --postprocess_output false)")
 
 
 def settings_from_flags(args) -> GenerationSettings:
     """The flags add_generation_flags defined, validated (a bad value is a one-line UserError)."""
-    return GenerationSettings().replace(**{name: getattr(args, name) for name in TUNABLE},
-                                        denoise=not args.no_denoise, postprocess_output=not args.no_postprocess)
+    switches = {}
+    for name in SWITCHES:
+        given, negated = getattr(args, name), getattr(args, _NEGATED.get(name, ""), False)
+        if given is not None and negated and given:
+            raise UserError(f"--{name} true and --{_NEGATED[name]} contradict each other; give one")
+        if given is not None or negated:
+            switches[name] = bool(given) and not negated
+    return GenerationSettings().replace(**{name: getattr(args, name) for name in (*TUNABLE, *CHUNKING)}, **switches)
