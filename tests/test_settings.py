@@ -48,3 +48,23 @@ def test_replace_validates_and_rejects_unknown_names():
     with pytest.raises(UserError, match="steps"):
         settings.replace(steps=8)
     assert GenerationSettings.from_dict(settings.to_dict()) == settings
+
+
+def test_the_flags_take_upstreams_names_and_switches():
+    import argparse
+
+    from codes.runtime.settings import add_generation_flags, settings_from_flags
+
+    parser = argparse.ArgumentParser()
+    add_generation_flags(parser)
+    settings = settings_from_flags(parser.parse_args(
+        ["--num_step", "8", "--denoise", "false", "--preprocess_prompt", "no", "--postprocess_output", "0",
+         "--audio_chunk_duration", "10", "--audio_chunk_threshold", "20"]))
+    assert (settings.num_steps, settings.denoise, settings.preprocess_prompt, settings.postprocess_output,
+            settings.audio_chunk_duration, settings.audio_chunk_threshold) == (8, False, False, False, 10.0, 20.0)
+    assert settings_from_flags(parser.parse_args([])) == GenerationSettings()
+    assert settings_from_flags(parser.parse_args(["--no_denoise"])).denoise is False
+    with pytest.raises(UserError, match="--denoise true and --no_denoise contradict each other"):
+        settings_from_flags(parser.parse_args(["--no_denoise", "--denoise", "yes"]))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--denoise", "maybe"])
