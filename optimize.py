@@ -28,7 +28,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--output", type=Path,
                         help="output folder (default: models/omnivoice-<profile>; with --higgs-only models/higgs-<precision>)")
     parser.add_argument("--llm-export", choices=("genai", "torch"),
-                        help="how the backbone is exported (default: the profile's, see README)")
+                        help="how the backbone is exported (default: the profile's, see docs/build.md)")
     parser.add_argument("--include-higgs", action="store_true", help="also build the Higgs codec into <output>/audio_tokenizer")
     parser.add_argument("--higgs-only", action="store_true", help="build only the Higgs codec")
     parser.add_argument("--higgs-precision", choices=("fp16", "fp32"),

@@ -1,0 +1,53 @@
+"""The documentation covers what the scripts take: every flag of every script is in docs/, and the README links
+every page there."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["optimize.py", "inference.py", "eval.py", "higgs_inference.py", "serve.py", "corpus.py"]
+FLAG = re.compile(r"(?<![\w-])--[a-zA-Z][\w-]*")
+
+
+def _documented(flag: str, text: str) -> bool:
+    return re.search(re.escape(flag) + r"(?![\w-])", text) is not None
+
+
+def _options(script: str) -> list[list[str]]:
+    """Each option's spellings, from its --help (one line each: a wide terminal keeps them unwrapped)."""
+    shown = subprocess.run([sys.executable, str(ROOT / script), "--help"], cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "2000"}, check=True).stdout
+    options = []
+    for line in shown.splitlines():
+        if line.startswith("  -"):
+            head = re.split(r"\s{2,}", line.strip())[0]  # the spellings, before the help text
+            spellings = [f for f in FLAG.findall(head) if f != "--help"]
+            if spellings:
+                options.append(spellings)
+    return options
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_flag_is_in_the_docs(script):
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md")))
+    options = _options(script)
+    assert len(options) >= 5
+    missing = [spellings[0] for spellings in options if not any(_documented(f, docs) for f in spellings)]
+    assert missing == [], f"{script}: flags no page in docs/ documents"
+
+
+def test_the_readme_fits_on_a_page_and_links_every_docs_page():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 220
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    linked = set(re.findall(r"\(docs/([\w.-]+\.md)", readme))
+    assert pages - linked == set()
+    for page in pages:
+        assert "../README.md" in (ROOT / "docs" / page).read_text(encoding="utf-8") or page == "DESIGN.md"
