@@ -31,7 +31,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     what.add_argument("--text", help="the text to speak")
     what.add_argument("--text_file", type=Path, help="one utterance per line; --output is then a folder")
     what.add_argument("--jsonl", type=Path, help='one {"text", "output"?, "language"?, "instruct"?, "duration"?, '
-                                                 '"speed"?} per line; --output is then a folder')
+                                                 '"speed"?} per line, or upstream\'s test list (id, ref_audio, '
+                                                 'ref_text, language_id, ...); --output is then a folder')
     p.add_argument("--output", type=Path, default=Path("output.wav"), help="WAV file (or folder for batches)")
     p.add_argument("--float_wav", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
     p.add_argument("--codes_out", type=Path, help="also save the generated codes [8,T] int64 (.npy; batches: a folder)")
@@ -109,10 +110,13 @@ def main(argv=None) -> int:
 
     # Every bad text, language, instruct, duration or speed fails before any compute.
     batches = [range(first, min(first + args.batch_size, len(jobs))) for first in range(0, len(jobs), args.batch_size)]
+    # A line's own clip (upstream's test lists) clones that line; the rest use --ref_audio/--voice, if any.
+    own = tts.create_voices([job.ref_audio for job in jobs], [job.ref_text for job in jobs], settings.preprocess_prompt)
+    voices = [line_voice or voice for line_voice in own]
     requests = [
         tts.settle([jobs[i].text for i in batch], [jobs[i].language for i in batch], [jobs[i].instruct for i in batch],
-                   voice, [jobs[i].duration for i in batch], [jobs[i].speed for i in batch], args.num_audio_tokens,
-                   args.normalize_text)
+                   [voices[i] for i in batch], [jobs[i].duration for i in batch], [jobs[i].speed for i in batch],
+                   args.num_audio_tokens, args.normalize_text)
         for batch in batches
     ]
     # Load the codec's decoder now: a missing codec fails before any compute, and its load stays out of the RTF.

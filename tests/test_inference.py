@@ -106,6 +106,30 @@ def test_jsonl_lines_carry_their_own_names_and_options(model_dir, tmp_path):
     assert np.load(tmp_path / "codes" / "greeting.npy").shape == (8, 30)  # 1.2 s at 25 frames per second
 
 
+def test_an_upstream_test_list_speaks_through_jsonl_each_line_with_its_own_clip(model_dir, reference, tmp_path):
+    (tmp_path / "clips").mkdir()
+    (tmp_path / "clips" / "ref.wav").write_bytes(Path(reference).read_bytes())
+    records = [
+        {"id": "cloned", "text": TEXT, "ref_audio": "clips/ref.wav", "ref_text": REF_TEXT, "language_id": "en",
+         "language_name": "English"},
+        {"id": "plain", "text": "No clip for this one.", "language_id": "de"},
+    ]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    listed = speak(model_dir, "--jsonl", tmp_path / "test.jsonl", "--output", tmp_path / "res", "--seed", "5",
+                   "--codes_out", tmp_path / "codes")
+    assert_ok(listed)
+    assert sorted(p.name for p in (tmp_path / "res").iterdir()) == ["cloned.wav", "plain.wav"]
+    alone = speak(model_dir, "--text", TEXT, "--ref_audio", reference, "--ref_text", REF_TEXT, "--language", "en",
+                  "--seed", "5", "--output", tmp_path / "alone.wav", "--codes_out", tmp_path / "alone.npy")
+    assert_ok(alone)
+    np.testing.assert_array_equal(np.load(tmp_path / "codes" / "cloned.npy"), np.load(tmp_path / "alone.npy"))
+
+    (tmp_path / "escape.jsonl").write_text('{"id": "../outside", "text": "x"}\n', encoding="utf-8")
+    refused = speak(model_dir, "--jsonl", tmp_path / "escape.jsonl", "--output", tmp_path / "res2")
+    assert refused.returncode == 2 and "is not a plain file name" in refused.stderr
+    assert not (tmp_path / "res2").exists() and not (tmp_path / "outside.wav").exists()
+
+
 def test_saved_voice_gives_the_same_codes_as_cloning(model_dir, tts, reference, tmp_path):
     cloned = speak(model_dir, "--text", TEXT, "--ref_audio", reference, "--ref_text", REF_TEXT, "--seed", "5",
                    "--save_voice", tmp_path / "voice.npz", "--output", tmp_path / "cloned.wav",

@@ -12,7 +12,10 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 
-JOB_KEYS = {"text", "output", "language", "instruct", "duration", "speed"}
+# Ours, and upstream's test-list keys (omnivoice-infer-batch): id names the file, language_id is language,
+# language_name is for upstream's reports only.
+JOB_KEYS = {"text", "output", "language", "instruct", "duration", "speed",
+            "id", "language_id", "language_name", "ref_audio", "ref_text"}
 NUMBER_KEYS = {"duration", "speed"}
 
 
@@ -26,6 +29,8 @@ class Utterance:
     instruct: str | None = None
     duration: float | None = None
     speed: float | None = None
+    ref_audio: Path | None = None  # this line's own clip to clone (with ref_text), over --ref_audio/--voice
+    ref_text: str | None = None
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -66,7 +71,9 @@ def _wrong_type(key: str, value) -> str | None:
 
 
 def jobs_from_jsonl(path: Path, output: Path) -> list[Utterance]:
-    """One JSON object per line: {"text": ..., "output"?: "name.wav", "language"?, "instruct"?, "duration"?, "speed"?}."""
+    """One JSON object per line: {"text", "output"?: "name.wav", "language"?, "instruct"?, "duration"?, "speed"?},
+    or upstream's test-list line {"id", "text", "ref_audio"?, "ref_text"?, "language_id"?, ...}. A clip's path is
+    relative to the file's folder."""
     records = []
     for number, line in enumerate(_read_lines(path), 1):
         if not line.strip():
@@ -84,9 +91,29 @@ def jobs_from_jsonl(path: Path, output: Path) -> list[Utterance]:
             wanted = _wrong_type(key, value)
             if wanted:
                 raise UserError(f'{path} line {number}: "{key}" must be {wanted}, got {json.dumps(value)}')
-        records.append(record)
+        records.append((number, record))
     if not records:
         raise UserError(f"{path} holds no utterances; write one JSON object per line")
-    folder = output_folder(output)
-    return [Utterance(output=folder / (record.pop("output", None) or f"{i:04d}.wav"), **record)
-            for i, record in enumerate(records, 1)]
+    utterances = [_utterance(path, number, record, output, i) for i, (number, record) in enumerate(records, 1)]
+    output_folder(output)  # made only once every line is good
+    return utterances
+
+
+def _utterance(path: Path, number: int, record: dict, folder: Path, index: int) -> Utterance:
+    where = f"{path} line {number}"
+    language, language_id = record.pop("language", None), record.pop("language_id", None)
+    if language and language_id and language != language_id:
+        raise UserError(f'{where}: "language" and "language_id" differ; they are one setting, give one')
+    record.pop("language_name", None)
+    row_id = record.pop("id", None)
+    name = record.pop("output", None) or (f"{row_id}.wav" if row_id else f"{index:04d}.wav")
+    if Path(name).name != name or name.startswith(".") or name in ("", ".."):
+        raise UserError(f"{where}: output name {name!r} is not a plain file name; the files go into --output")
+    if record.get("ref_audio"):
+        record["ref_audio"] = path.parent / record["ref_audio"]
+        if not record.get("ref_text"):
+            raise UserError(f'{where}: "ref_audio" needs "ref_text", its transcript: offline transcription is not '
+                            "available")
+    elif record.get("ref_text"):
+        raise UserError(f'{where}: "ref_text" needs "ref_audio", the clip it transcribes')
+    return Utterance(output=folder / name, language=language or language_id, **record)
