@@ -494,3 +494,55 @@ def test_a_run_that_started_serve_shuts_it_down_when_no_other_app_is_left(shared
         return False
 
     _wait_for("Serve's controller to stop", serve_gone, timeout=60)
+
+
+def _processes_naming(folder: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_text(errors="replace")
+            except OSError:
+                continue
+            if folder in cmdline and (fields := _stat(int(entry))) is not None and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("stage, sig", [
+    ("starting: Ray at", signal.SIGINT),
+    ("starting: deploying", signal.SIGTERM),
+    ("starting: waiting for", signal.SIGINT),
+])
+def test_a_signal_at_any_stage_of_the_start_ends_the_run_and_its_ray(served_build, tmp_path, stage, sig):
+    """Ctrl-C and SIGTERM end serve.py --ray whenever they come, with every Ray process it started gone."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from conftest import ROOT
+    from serving import free_port
+
+    ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths live under it
+    log_path = tmp_path / "server.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "serve.py"), "--model_dir", str(served_build), "--ray",
+                                 "--replicas", "1", "--threads", "1", "--port", str(free_port()), "--voices_dir",
+                                 str(tmp_path / "voices"), "--drain-seconds", "5"],
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, "RAY_TMPDIR": ray_tmp})
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while stage not in log_path.read_text() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert stage in log_path.read_text(), log_path.read_text()[-2000:]
+            proc.send_signal(sig)
+            assert proc.wait(timeout=60) == 130, log_path.read_text()[-2000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "ready: " not in log_path.read_text()
+    deadline = time.monotonic() + 30
+    while _processes_naming(ray_tmp) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert _processes_naming(ray_tmp) == []

@@ -175,26 +175,31 @@ def serve_on_ray(args: argparse.Namespace) -> int:
         raise UserError("serve.py --ray needs Ray Serve: pip install -r requirements.txt (it pins ray[serve])") from None
     import ray
 
-    stop = threading.Event()
+    signals = _Signals()
     start = time.perf_counter()
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
-    signal.signal(signal.SIGTERM, _interrupt)  # while starting, SIGTERM unwinds as Ctrl-C does: Ray is stopped
     try:
+        logger.info("starting: Ray at %s", args.address or "a local Ray on this machine's cores")
         start_ray(args.address, log_to_driver=True, **({} if args.address else {"num_cpus": os.cpu_count()}))
+        signals.checkpoint()
         started_serve, port = _start_serve(serve, args.host, args.port, plan.route_prefix)
         deployed = False
         try:
+            signals.checkpoint()
             _claim_app(serve, plan.route_prefix)
             deployed = True
+            logger.info("starting: deploying %s", plan.describe())
             _deploy(serve, options, plan)
+            signals.checkpoint()
             route = "" if plan.route_prefix == "/" else plan.route_prefix
             url = f"http://{args.host}:{port}{route}"
-            _wait_ready(_probe_url(args.host, port, route), plan.replicas or plan.min_replicas, stop)
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: stop.set())
+            logger.info("starting: waiting for %d replica(s) to answer", plan.replicas or plan.min_replicas)
+            _wait_ready(_probe_url(args.host, port, route), plan.replicas or plan.min_replicas, signals.stop)
+            signals.checkpoint()
+            signals.started()
             print(f"ready: {url} ({options.model_dir.name} on Ray Serve, {plan.describe()}, up in "
                   f"{time.perf_counter() - start:.1f} s; voices in {options.voices_dir})", flush=True)
-            while not stop.wait(0.5):
+            while not signals.stop.wait(0.5):
                 pass
             logger.info("shutting down: replicas have up to %g s to finish their requests",
                         options.limits.drain_seconds)
@@ -222,8 +227,33 @@ def _remove(serve, deployed: bool, started_serve: bool) -> None:
         serve.shutdown()
 
 
-def _interrupt(*_) -> None:
-    raise KeyboardInterrupt
+class _Signals:
+    """Ctrl-C and SIGTERM from the command's first step to its last. Each sets `stop`; while starting, each also
+    unwinds the start as KeyboardInterrupt, and the start checks `stop` between its steps, so a signal whose
+    KeyboardInterrupt a library call swallowed (Ray's, during a start that waits on a cluster) still ends the
+    run. Once serving, a signal only sets `stop`: the serving loop ends and the application is removed."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self._starting = True
+        self._previous = {sig: signal.signal(sig, self._received) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _received(self, signum, frame) -> None:
+        self.stop.set()
+        if self._starting:
+            raise KeyboardInterrupt
+
+    def checkpoint(self) -> None:
+        """Between two steps of the start: a signal that came during the last one ends it here. Ray's calls may
+        put their own handlers in; ours go back."""
+        for sig in self._previous:
+            if signal.getsignal(sig) is not self._received:
+                signal.signal(sig, self._received)
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+
+    def started(self) -> None:
+        self._starting = False
 
 
 def _check_fits_locally(plan: Scaling) -> None:
@@ -387,5 +417,7 @@ def _wait_ready(url: str, replicas: int, stop: threading.Event) -> None:
         except (OSError, ValueError) as exc:
             last = str(exc)
         time.sleep(0.25)
+    if stop.is_set():
+        raise KeyboardInterrupt
     raise UserError(f"the deployment did not answer {url} with 200 from {replicas} replica(s) within "
                     f"{READY_TIMEOUT_S:g} s ({last})")
