@@ -282,8 +282,9 @@ def _start_serve(serve, host: str, port: int, route_prefix: str) -> tuple[bool, 
                         "not on --port %d", there, port)
         # Ray takes a deployment's queue-full status and Retry-After, never its body; the proxy's middleware
         # is fixed when Serve starts.
-        logger.info("note: this Serve was started elsewhere, so its proxy's own answers (429 when its queue is "
-                    "full, 503, 408) are Ray's plain text, not OpenAI's error envelope (docs/ray.md)")
+        logger.info("note: Ray Serve was already running; unless serve.py --ray started it, its proxy's own "
+                    "answers (429 when its queue is full, 503, 408) are Ray's plain text, not OpenAI's error "
+                    "envelope (docs/ray.md)")
         return False, there
     # The proxy (started by the controller, whose environment it inherits) answers its own errors in
     # OpenAI's envelope, for paths under our route only; on a cluster it imports them from this
