@@ -299,6 +299,7 @@ def _head_processes(temp: Path) -> dict[int, str]:
 def shared(served_build, tmp_path_factory):
     import logging
     import shutil
+    import shutil
     import subprocess
     import sys
     import tempfile
@@ -516,6 +517,7 @@ def _processes_naming(folder: str) -> list[int]:
 ])
 def test_a_signal_at_any_stage_of_the_start_ends_the_run_and_its_ray(served_build, tmp_path, stage, sig):
     """Ctrl-C and SIGTERM end serve.py --ray whenever they come, with every Ray process it started gone."""
+    import shutil
     import subprocess
     import sys
     import tempfile
@@ -546,3 +548,4 @@ def test_a_signal_at_any_stage_of_the_start_ends_the_run_and_its_ray(served_buil
     while _processes_naming(ray_tmp) and time.monotonic() < deadline:
         time.sleep(0.25)
     assert _processes_naming(ray_tmp) == []
+    shutil.rmtree(ray_tmp, ignore_errors=True)  # made by this test
