@@ -54,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--num-steps", dest="num_steps", type=int,
                    help="decoding steps for requests that do not say (Wyoming never does; default: 32, as upstream); "
                         "fewer is faster and rougher")
+    p.add_argument("--normalize-text", dest="normalize_text", action="store_true",
+                   help="write numbers, dates and currency as words before speaking, as upstream's normalize_text "
+                        "(a request's normalize_text field overrides it; needs WeTextProcessing, checked at start)")
     p.add_argument("--provider", choices=("cpu", "cuda"), help="execution provider (default: the build's)")
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores; with --ray, per replica: 1)")
     doors = p.add_argument_group("other doors onto the same engine (Home Assistant, AI agents)")

@@ -155,7 +155,7 @@ def test_a_stream_holds_a_slot_only_while_it_has_text_to_speak(state, lines):
     async def stream():
         async with Speaking(state, params(state, None), "wyoming", streamed_text=True) as speaking:
             assert state.in_flight == 0  # opened, no text yet
-            speaking.push("Hello there, how are you today? ")
+            await speaking.push("Hello there, how are you today? ")
             assert state.in_flight == 1
             pieces, heard = speaking.pieces(), 0
             while heard < len(speaking.job.requests):  # the first sentence may come as clauses
@@ -163,8 +163,8 @@ def test_a_stream_holds_a_slot_only_while_it_has_text_to_speak(state, lines):
                 heard += 1
             waiting = asyncio.ensure_future(pieces.__anext__())  # every sentence so far spoken: it waits
             await until(lambda: state.in_flight == 0)
-            speaking.push("Goodbye.")
-            speaking.close()
+            await speaking.push("Goodbye.")
+            await speaking.close()
             assert state.in_flight == 1
             rest = [await waiting] + [wav async for wav in pieces]
             return rest
@@ -178,8 +178,8 @@ def test_a_stream_holds_a_slot_only_while_it_has_text_to_speak(state, lines):
 def test_a_stream_closed_with_nothing_said_is_refused_for_every_door(state, lines):
     async def empty():
         async with Speaking(state, params(state, None), "wyoming", streamed_text=True) as speaking:
-            speaking.push("   ")
-            speaking.close()
+            await speaking.push("   ")
+            await speaking.close()
             async for _ in speaking.pieces():
                 pass
 

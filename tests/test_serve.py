@@ -17,6 +17,7 @@ import pytest
 
 from conftest import run_script
 from serving import FAST, RATE, TWO_SENTENCES, Server, many_sentences, pcm_samples, speak
+from synthesis_inputs import REF_TEXT, reference_clip
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +177,18 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(server):
     ({"input": "Hi.", "voice": "alloy", "t_shift": -1}, "t_shift", "t_shift must be > 0"),
     ({"input": "Hi.", "voice": "alloy", "num_step": 4}, "num_step", "unknown field"),
     ({"input": "Hi.", "voice": "alloy", "instructions": "purple"}, "instructions", "unsupported instruct items"),
+    ({"input": "Hi.", "voice": "alloy", "normalize_text": "yes"}, "normalize_text", "must be true or false, got 'yes'"),
+    ({"input": "Hi.", "voice": "alloy", "denoise": 1}, "denoise", "denoise must be true or false"),
+    ({"input": "Hi.", "voice": "alloy", "postprocess_output": None, "preprocess_prompt": "no"}, "preprocess_prompt",
+     "true or false"),
+    ({"input": "Hi.", "ref_audio": 12, "ref_text": "x"}, "ref_audio", "the base64 of an audio file"),
+    ({"input": "Hi.", "ref_audio": "not base64 at all!", "ref_text": "x"}, "ref_audio", "is not base64"),
+    ({"input": "Hi.", "ref_audio": "AAAA"}, "ref_text", "ref_text is required with ref_audio"),
+    ({"input": "Hi.", "voice": "alloy", "ref_text": "x"}, "ref_text", "send the clip as ref_audio too"),
+    ({"input": "Hi.", "ref_audio": "AAAA", "ref_text": "x" * 1001}, "ref_text", "the limit is 1000"),
+    ({"input": "Hi.", "ref_audio": base64.b64encode(b"not audio at all").decode(), "ref_text": "x"}, "ref_audio",
+     "cannot read the voice clip"),
+    ({"input": "Hi."}, "voice", "voice is required"),
 ])
 def test_bad_requests_get_400_in_openais_envelope(server, body, param, fragment):
     response = httpx.post(f"{server.url}/v1/audio/speech", json={"model": "omnivoice", **body}, timeout=30)
@@ -236,3 +249,120 @@ def _expect_error(call):
     except openai.APIStatusError as exc:
         return exc
     raise AssertionError("the request succeeded")
+
+
+# --- upstream's generate() options: normalize_text, its switches, a one-off clone -------------------
+
+GREEDY = {"seed": 7, "position_temperature": 0.0}  # the same text gives the same bytes
+APPLES = "I have 25 apples."
+
+
+def wav_bytes(rate: int = RATE) -> bytes:
+    """The test reference clip (4 s, silence around two phrases) as a WAV file at `rate`."""
+    import soundfile
+    from scipy.signal import resample_poly
+
+    clip = reference_clip()[:, 0]
+    buffer = io.BytesIO()
+    soundfile.write(buffer, clip if rate == RATE else resample_poly(clip, rate, RATE), rate, format="WAV")
+    return buffer.getvalue()
+
+
+def one_off(**extra) -> dict:
+    return {"ref_audio": base64.b64encode(wav_bytes()).decode("ascii"), "ref_text": REF_TEXT, **extra}
+
+
+def test_normalize_text_speaks_what_the_normalizer_writes(server):
+    from codes.runtime.normalize import normalize_text
+
+    words = normalize_text(APPLES, "en")
+    assert "25" not in words and "twenty" in words
+    normalized = speak(server, text=APPLES, language="en", normalize_text=True, **GREEDY)
+    assert normalized == speak(server, text=words, language="en", **GREEDY)
+    assert normalized != speak(server, text=APPLES, language="en", **GREEDY)  # off unless asked (no --normalize-text)
+
+
+def test_the_switches_reach_the_settings(server):
+    start = len(server.log_lines())
+    switches = {"denoise": False, "preprocess_prompt": False, "postprocess_output": False}
+    assert len(speak(server, text="Hi there.", normalize_text=True, **switches)) > 0
+    (line,) = server.request_lines(start)
+    assert json.loads(line["options"]) == {**FAST, **switches, "normalize_text": True}
+    cloned = speak(server, text="Hi there.", **one_off(**GREEDY))
+    assert cloned != speak(server, text="Hi there.", **one_off(denoise=False, **GREEDY))  # the prompt lost a token
+    assert cloned != speak(server, text="Hi there.", **one_off(preprocess_prompt=False, **GREEDY))  # silence kept
+
+
+def test_a_one_off_clone_speaks_as_its_saved_voice_would_and_saves_nothing(server):
+    folder = server.voices_dir
+    files_before = sorted(path.relative_to(folder) for path in folder.rglob("*"))
+    voices_before = httpx.get(f"{server.url}/v1/audio/voices").json()
+    text = "Cloned once, kept nowhere."
+    body = {"model": "omnivoice", "input": text, "response_format": "pcm", **FAST, **GREEDY, **one_off()}
+    without_voice = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)  # voice may be left out
+    assert without_voice.status_code == 200, without_voice.text
+    once = without_voice.content
+    assert speak(server, text=text, voice="onyx", **one_off(**GREEDY)) == once  # the clip wins over a voice
+    assert sorted(path.relative_to(folder) for path in folder.rglob("*")) == files_before
+    assert httpx.get(f"{server.url}/v1/audio/voices").json() == voices_before
+
+    made = httpx.post(f"{server.url}/v1/audio/voices", data={"name": "one-off-twin", "text": REF_TEXT},
+                      files={"file": ("clip.wav", wav_bytes(), "audio/wav")}, timeout=60)
+    assert made.status_code == 200, made.text
+    try:
+        assert speak(server, text=text, voice="one-off-twin", **GREEDY) == once  # encoded as an upload is
+    finally:
+        httpx.delete(f"{server.url}/v1/audio/voices/one-off-twin")
+
+
+@pytest.fixture(scope="module")
+def normalizing(build, tmp_path_factory):
+    """A server that normalizes by default, with small clip limits."""
+    folder = tmp_path_factory.mktemp("normalizing")
+    srv = Server(build, folder / "voices", folder / "server.log", "--normalize-text", "--max-upload-bytes", "100000",
+                 "--max-upload-seconds", "2")
+    yield srv
+    srv.stop()
+
+
+def test_normalize_text_by_default_and_a_request_that_says_no(normalizing):
+    from codes.runtime.normalize import normalize_text
+
+    defaults = httpx.get(f"{normalizing.url}/v1/audio/defaults").json()
+    assert defaults["normalize_text"] is True and defaults["num_steps"] == 32 and defaults["denoise"] is True
+    words = normalize_text(APPLES, "en")
+    spoken = speak(normalizing, text=APPLES, language="en", **GREEDY)
+    assert spoken == speak(normalizing, text=words, language="en", **GREEDY)
+    assert speak(normalizing, text=APPLES, language="en", normalize_text=False, **GREEDY) != spoken
+
+
+def test_a_one_off_clip_is_held_to_the_upload_limits(normalizing):
+    def post(**fields):
+        body = {"model": "omnivoice", "input": "Hi.", "voice": "alloy", "response_format": "pcm", **FAST, **fields}
+        return httpx.post(f"{normalizing.url}/v1/audio/speech", json=body, timeout=60)
+
+    large = wav_bytes()
+    assert len(large) > 100000
+    too_large = post(ref_audio=base64.b64encode(large).decode(), ref_text=REF_TEXT)
+    assert too_large.status_code == 413, too_large.text
+    error = too_large.json()["error"]
+    assert (error["param"], error["code"]) == ("ref_audio", "clip_too_large") and "--max-upload-bytes" in error["message"]
+    small = wav_bytes(8000)  # 4 s in under 100000 bytes: refused by its length
+    assert len(small) < 100000
+    too_long = post(ref_audio=base64.b64encode(small).decode(), ref_text=REF_TEXT)
+    assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "clip_too_long"
+    assert "--max-upload-seconds" in too_long.json()["error"]["message"]
+    body = post(input="x" * (1 << 20) + "x" * 140000)  # past --max-body-bytes and a clip's base64 together
+    assert body.status_code == 413 and body.json()["error"]["code"] == "body_too_large"
+    assert httpx.get(f"{normalizing.url}/health").json()["requests_in_flight"] == 0
+
+
+def test_the_languages_route_lists_every_language_by_upstreams_names(server):
+    from codes.runtime.voice_design import LANGUAGE_NAME_TO_ID
+
+    listed = httpx.get(f"{server.url}/v1/audio/languages").json()["languages"]
+    assert len(listed) == len(LANGUAGE_NAME_TO_ID) == 646
+    names = [language["name"] for language in listed]
+    assert names == sorted(names) and {"id": "yue", "name": "Cantonese"} in listed
+    assert {"id": "ja", "name": "Japanese"} in listed and {"id": "zh", "name": "Chinese"} in listed
+    assert {language["id"] for language in listed} == set(LANGUAGE_NAME_TO_ID.values())

@@ -45,6 +45,23 @@ INSTRUCT_VALID_ZH = INSTRUCT_VALID - INSTRUCT_VALID_EN
 _SUGGESTION_POOL = sorted(INSTRUCT_VALID)
 
 
+# Upstream's lang_display_name: str.title() but for these (apostrophes, "de", "del").
+_TITLE_EXCEPTIONS = {
+    "fe'fe'": "Fe'fe'",
+    "dũya": "Dũya",
+    "santiago del estero quichua": "Santiago del Estero Quichua",
+    "santa ana de tusi pasco quechua": "Santa Ana de Tusi Pasco Quechua",
+    "malinaltepec me'phaa": "Malinaltepec Me'phaa",
+    "tlacoapa me'phaa": "Tlacoapa Me'phaa",
+}
+
+
+def language_choices() -> list[dict]:
+    """Every language as {"id", "name"}, named and sorted as upstream's demo lists them."""
+    named = [{"id": code, "name": _TITLE_EXCEPTIONS.get(name, name.title())} for name, code in LANGUAGE_NAME_TO_ID.items()]
+    return sorted(named, key=lambda language: language["name"])
+
+
 def resolve_language(language: str | None) -> str | None:
     """A language id for the prompt, or None for language-agnostic mode."""
     if language is None or language.lower() == "none":

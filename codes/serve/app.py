@@ -30,11 +30,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from codes.common.errors import UserError
 from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
+from codes.runtime.voice_design import language_choices
 from codes.serve.encode import CONTENT_TYPES, StreamEncoder
 from codes.serve.errors import ClientStalled, RequestError, StreamFailed, as_request_error
 from codes.serve.lifecycle import Speaking
 from codes.serve.origins import refusal
-from codes.serve.params import MODEL_IDS, SpeechParams, parse_speech
+from codes.serve.params import MODEL_IDS, SpeechParams, base64_length, parse_speech
 from codes.serve.playground import add_playground
 from codes.serve.service import ServerState
 from codes.serve.voice_files import export_voice, is_voice_file_name
@@ -42,7 +43,9 @@ from codes.serve.voice_uploads import save_voice
 from codes.serve.voices import DESIGN_VOICES, voice_id
 
 logger = logging.getLogger("omnivoice.serve")
+LANGUAGES = language_choices()
 
+SPEECH_PATH = "/v1/audio/speech"
 STREAM_HEADERS = {"X-Accel-Buffering": "no", "Cache-Control": "no-cache"}
 REPLICA_HEADER = "x-omnivoice-replica"
 
@@ -125,6 +128,8 @@ def _guard(app, state: ServerState, mounted=None):
         upload = scope["path"] == "/v1/audio/voices"
         limit, flag = ((limits.max_upload_bytes, "--max-upload-bytes") if upload
                        else (limits.max_body_bytes, "--max-body-bytes"))
+        if scope["path"] == SPEECH_PATH:  # it may carry a one-off clone's clip (ref_audio), in base64
+            limit, flag = limit + base64_length(limits.max_upload_bytes), "--max-body-bytes or --max-upload-bytes"
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await _drain(receive)
@@ -242,6 +247,14 @@ def create_app(state: ServerState, doors=()):
     async def audio_models():  # Open WebUI lists its TTS models from here
         return {"models": [{"id": m} for m in MODEL_IDS]}
 
+    @app.get("/v1/audio/languages")
+    async def languages():  # the playground's list: every language the model knows, by upstream's display names
+        return {"languages": LANGUAGES}
+
+    @app.get("/v1/audio/defaults")
+    async def defaults():  # what a speech request leaves out gets: the playground shows these
+        return {**state.config.settings.to_dict(), "normalize_text": state.config.normalize_text}
+
     @app.get("/v1/audio/voices")
     async def list_voices():
         listing = await asyncio.get_running_loop().run_in_executor(None, state.voices.book.listing)
@@ -281,14 +294,14 @@ def create_app(state: ServerState, doors=()):
             raise RequestError(404, str(unknown), "voice", "voice_not_found")
         return {"id": vid, "deleted": True}
 
-    @app.post("/v1/audio/speech")
+    @app.post(SPEECH_PATH)
     async def speech(request: Request):
         state.ready()
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise RequestError(400, "the request body is not valid JSON") from None
-        params = parse_speech(body, limits, state.config.settings)
+        params = parse_speech(body, limits, state.config.settings, normalize=state.config.normalize_text)
         speaking = Speaking(state, params, "http")
         audio = _encoded(speaking, params)
         request.scope["omnivoice_speech"].append((speaking, audio))  # closed by _guard, however the response ends

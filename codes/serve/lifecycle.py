@@ -13,6 +13,9 @@ whatever the door did: finished, raised, was cancelled or went away. A door only
 A request whose text comes in pieces (`streamed_text`: Wyoming's synthesize-chunk, an LLM's reply)
 takes text with push() and close(); it holds a slot only while it has text to speak: taken when a
 sentence is ready, given back while it waits for more (docs/DESIGN.md §wyoming-bounds).
+
+With normalize_text a whole text is normalized before it is cut, streamed text sentence by sentence as
+it becomes ready; either way off the loop (a grammar's first use takes about a second).
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ import time
 from codes.common.errors import UserError
 from codes.runtime.chunks import TextStream, stream_chunks
 from codes.runtime.engine import QueueFull
+from codes.runtime.normalize import normalize_text
+from codes.runtime.voice_design import resolve_language
 from codes.serve.errors import RequestError, as_request_error
 from codes.serve.params import SpeechParams
 from codes.serve.service import ServerState
-from codes.serve.speech import SentenceStream, settle_sentences
+from codes.serve.speech import SentenceStream, past_deadline, settle_sentences
+from codes.serve.voice_uploads import OneOffClip
 from codes.serve.voices import DESIGN_VOICES, UnknownVoice
 
 logger = logging.getLogger("omnivoice.serve")
@@ -51,6 +57,7 @@ class Speaking:
         self.closing = False
         self.completed = False  # every piece was given out
         self.ended: tuple[str, str | None] | None = None  # (status, reason) when the door ended it early
+        self.taking = asyncio.Lock()  # push() and close() in order, though normalizing waits on an executor
 
     # --- the life ---------------------------------------------------------------------------------
 
@@ -64,11 +71,12 @@ class Speaking:
             self.job.ref_rms = self.voice.rms if self.voice else None
             self.opened = True
             if not self.streamed_text:
-                chunks = stream_chunks(self.params.text)
+                (text,) = await self._normalized([self.params.text])
+                chunks = stream_chunks(text)
                 if not chunks:
                     raise RequestError(400, "input has nothing to speak", "input")
                 self._add(chunks, len(self.params.text), self.params.duration)
-                self.close()
+                self._close()
             else:
                 for chunks, chars in self.held:
                     self._add(chunks, chars)
@@ -132,26 +140,47 @@ class Speaking:
 
     def _new_job(self) -> SentenceStream:
         """The request's sentences, empty until its voice is known (every door's jobs are made here)."""
-        config = self.state.config
-        return SentenceStream(self.model, [], self.params.settings, self.params.seed, None, 0, self.received_at,
+        config, params = self.state.config, self.params
+        defaults = config.settings.to_dict()
+        options = {name: value for name, value in params.settings.to_dict().items() if value != defaults[name]}
+        if params.normalize_text:
+            options["normalize_text"] = True
+        if params.ref_audio is not None:
+            options["ref_audio_bytes"] = len(params.ref_audio)
+        return SentenceStream(self.model, [], params.settings, params.seed, None, 0, self.received_at,
                               deadline=self.received_at + config.limits.max_request_seconds,
                               request_id=next(self.state.request_ids), door=self.door, replica=config.replica,
-                              closed=False, waiting_for_text=self._release if self.streamed_text else None)
+                              closed=False, waiting_for_text=self._release if self.streamed_text else None,
+                              options=options)
+
+    async def _normalized(self, texts: list[str]) -> list[str]:
+        """The texts as normalize_text writes them, in the language the request resolved (upstream's
+        order), when the request asks; in an executor, since a grammar's first use is slow."""
+        if not self.params.normalize_text or not texts:
+            return texts
+        language = resolve_language(self.params.language)
+        loop = asyncio.get_running_loop()
+        return [await loop.run_in_executor(None, normalize_text, text, language) for text in texts]
 
     # --- streamed text ----------------------------------------------------------------------------
 
-    def push(self, text: str) -> None:
+    async def push(self, text: str) -> None:
         limit = self.state.config.limits.max_input_chars
         if self.chars + len(text) > limit:
             raise RequestError(400, f"the text is over {limit} characters, the most --max-input-chars allows",
                                "input", "input_too_long")
         self.chars += len(text)
-        self._add(self.text.push(text), len(text))
+        async with self.taking:
+            self._add(await self._normalized(self.text.push(text)), len(text))
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """No more text: what is pending is spoken, and pieces() ends after it."""
-        if self.streamed_text and not self.closing:
-            self._add(self.text.flush(), 0)
+        async with self.taking:
+            if self.streamed_text and not self.closing:
+                self._add(await self._normalized(self.text.flush()), 0)
+            self._close()
+
+    def _close(self) -> None:
         self.closing = True
         if self.opened:
             self.job.close()
@@ -184,13 +213,22 @@ class Speaking:
 
     async def _resolve_voice(self):
         params = self.params
-        try:
-            return await self.state.voices.resolve(self.model, params.voice, params.instructions, params.text)
+        clip = None
+        if params.ref_audio is not None:
+            clip = OneOffClip(params.ref_audio, params.ref_text, self.state.config.limits,
+                              params.settings.preprocess_prompt)
+        try:  # a clip is encoded here, within the request's slot and deadline
+            return await asyncio.wait_for(self.state.voices.resolve(self.model, params.voice, params.instructions,
+                                                                    params.text, clip), self.job.left())
+        except asyncio.TimeoutError:
+            raise past_deadline() from None
         except UnknownVoice as exc:
             raise RequestError(404, str(exc), "voice", "voice_not_found") from None
         except QueueFull:
             raise
         except UserError as exc:
+            if clip is not None:
+                raise RequestError(400, str(exc), "ref_audio", "unreadable_audio") from None
             if params.voice in DESIGN_VOICES:
                 raise RequestError(400, str(exc), "instructions") from None
             raise RequestError(400, str(exc), "voice", "voice_unreadable") from None

@@ -36,13 +36,13 @@ class Limits:
 
 
 HELP = {
-    "max_body_bytes": "largest speech request body, in bytes (413 beyond)",
-    "max_upload_bytes": "largest voice upload, in bytes (413 beyond)",
+    "max_body_bytes": "largest speech request body, in bytes, besides a ref_audio clip's base64 (413 beyond)",
+    "max_upload_bytes": "largest voice upload or speech request ref_audio clip, in bytes (413 beyond)",
     "max_input_chars": "longest `input` (400 beyond)",
     "max_instructions_chars": "longest `instructions` (400 beyond)",
     "max_language_chars": "longest `language` (400 beyond)",
-    "max_ref_seconds_upload": "longest uploaded reference clip, in seconds (400 beyond)",
-    "max_transcript_chars": "longest uploaded clip's transcript (400 beyond)",
+    "max_ref_seconds_upload": "longest uploaded reference clip or ref_audio, in seconds (400 beyond)",
+    "max_transcript_chars": "longest uploaded clip's transcript or ref_text (400 beyond)",
     "max_voices": "most saved voices in --voices_dir (409 beyond)",
     "max_pinned": "pinned design voices kept in memory (least recently used leave; their files stay)",
     "max_concurrent": "requests in flight at once (429 beyond)",

@@ -64,17 +64,22 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
     @server.tool()
     async def speak(text: str, voice: str = "alloy", language: str | None = None, instructions: str | None = None,
                     speed: float | None = None, num_steps: int | None = None, seed: int | None = None,
-                    response_format: str = "wav") -> list[AudioContent | TextContent]:
+                    response_format: str = "wav", normalize_text: bool | None = None, denoise: bool | None = None,
+                    preprocess_prompt: bool | None = None,
+                    postprocess_output: bool | None = None) -> list[AudioContent | TextContent]:
         """Speak `text` and return the audio. voice: a built-in name (alloy, ash, ...) or a saved voice's
         id; language: an id or name (default: detected); instructions: a voice design for a built-in
         voice ("female, low pitch, british accent"); speed 0.25-4; num_steps: decoding steps (default
         32, fewer is faster); seed: the same seed gives the same audio; response_format: wav, mp3,
-        opus, aac, flac or pcm."""
+        opus, aac, flac or pcm; normalize_text: numbers, dates and currency said as words (default: the
+        server's); denoise, preprocess_prompt, postprocess_output: upstream's switches (default: true)."""
         with _tool_errors():
             fields = {"input": text, "voice": voice, "language": language, "instructions": instructions,
-                      "speed": speed, "num_steps": num_steps, "seed": seed, "response_format": response_format}
+                      "speed": speed, "num_steps": num_steps, "seed": seed, "response_format": response_format,
+                      "normalize_text": normalize_text, "denoise": denoise, "preprocess_prompt": preprocess_prompt,
+                      "postprocess_output": postprocess_output}
             params = parse_speech({k: v for k, v in fields.items() if v is not None}, state.config.limits,
-                                  state.config.settings)
+                                  state.config.settings, normalize=state.config.normalize_text)
             async with Speaking(state, params, "mcp") as speaking:
                 pieces = [wav async for wav in speaking.pieces()]
                 data = await asyncio.get_running_loop().run_in_executor(

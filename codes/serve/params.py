@@ -1,24 +1,34 @@
 """A speech request's fields, checked once for every door: OpenAI's names and ours, over the server's
-generation settings (the per-request numbers are codes/runtime/settings.py's TUNABLE, not re-listed).
+generation settings (the per-request numbers are codes/runtime/settings.py's TUNABLE, its switches
+SWITCHES, neither re-listed). A one-off clone (`ref_audio`, base64 of a clip, with `ref_text`) is held
+to an upload's limits here, before any decoding; it is encoded by codes/serve/voice_uploads.py.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 from dataclasses import dataclass
 
 from codes.common.errors import UserError
-from codes.runtime.settings import TUNABLE, GenerationSettings
+from codes.runtime.settings import SWITCHES, TUNABLE, GenerationSettings
 from codes.serve.encode import check_format
 from codes.serve.errors import RequestError
-from codes.serve.limits import MAX_STEPS, Limits, excerpt
+from codes.serve.limits import MAX_STEPS, Limits, excerpt, flag
 
 MODEL_IDS = ("omnivoice", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # OpenAI's names are accepted as aliases
 SPEED_RANGE = (0.25, 4.0)
 MAX_DURATION = 3600.0  # seconds: a bound for `duration`, far past any speech request
 MAX_SETTING = 1e6  # |value| of a float setting: finite is not enough, 1e308 overflows the maths
 SPEECH_FIELDS = {"model", "input", "voice", "instructions", "response_format", "speed", "stream_format",
-                 "language", "duration", "seed", "stream", "user", *TUNABLE}
+                 "language", "duration", "seed", "stream", "user", "normalize_text", "ref_audio", "ref_text",
+                 *TUNABLE, *SWITCHES}
+
+
+def base64_length(size: int) -> int:
+    """Characters of base64 that `size` bytes take: what a body carrying a ref_audio clip may add."""
+    return 4 * ((size + 2) // 3)
 
 
 def _number(body: dict, name: str, whole: bool = False):
@@ -45,6 +55,50 @@ def _text(body: dict, name: str, required: bool = False, limit: int | None = Non
     return value
 
 
+def _switch(body: dict, name: str) -> bool | None:
+    value = body.get(name)
+    if value is None or isinstance(value, bool):
+        return value
+    shown = excerpt(value) if isinstance(value, str) else excerpt(repr(value))
+    raise RequestError(400, f"{name} must be true or false, got {shown}", name)
+
+
+def check_transcript(text: str, limits: Limits, param: str) -> str:
+    """A clone clip's transcript within --max-transcript-chars (an upload's, or a speech request's ref_text)."""
+    if len(text) > limits.max_transcript_chars:
+        raise RequestError(400, f"the transcript is {len(text)} characters; the limit is {limits.max_transcript_chars} "
+                                f"({flag('max_transcript_chars')})", param, "transcript_too_long")
+    return text
+
+
+def _clip(body: dict, limits: Limits) -> tuple[bytes | None, str | None]:
+    """(ref_audio's bytes, ref_text), or (None, None): the clip's size is refused before it is decoded."""
+    encoded, ref_text = body.get("ref_audio"), _text(body, "ref_text")
+    if encoded is None:
+        if ref_text is not None:
+            raise RequestError(400, "ref_text is the transcript of ref_audio; send the clip as ref_audio too, or "
+                                    "leave ref_text out", "ref_text")
+        return None, None
+    if not isinstance(encoded, str) or not encoded:
+        raise RequestError(400, "ref_audio must be a string: the base64 of an audio file (WAV, FLAC, MP3, ...)",
+                           "ref_audio")
+    if len(encoded) > base64_length(limits.max_upload_bytes):
+        raise RequestError(413, f"ref_audio is over {limits.max_upload_bytes} bytes ({flag('max_upload_bytes')}); "
+                                "a clone prompt needs only a few seconds: trim it", "ref_audio", "clip_too_large")
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise RequestError(400, f"ref_audio is not base64 ({excerpt(encoded)}); send the audio file's bytes in "
+                                "base64 (no data: prefix)", "ref_audio") from None
+    if len(data) > limits.max_upload_bytes:
+        raise RequestError(413, f"ref_audio is {len(data)} bytes; the limit is {limits.max_upload_bytes} "
+                                f"({flag('max_upload_bytes')}): trim it", "ref_audio", "clip_too_large")
+    if ref_text is None or not ref_text.strip():
+        raise RequestError(400, "ref_text is required with ref_audio: what the clip says (this server cannot "
+                                "transcribe it yet)", "ref_text")
+    return data, check_transcript(ref_text, limits, "ref_text")
+
+
 @dataclass
 class SpeechParams:
     text: str
@@ -57,12 +111,16 @@ class SpeechParams:
     duration: float | None
     seed: int | None
     settings: GenerationSettings
+    normalize_text: bool = False  # numbers, dates, currency in words before the text is cut (codes/runtime/normalize.py)
+    ref_audio: bytes | None = None  # a one-off clone's clip (an audio file's bytes): it wins over `voice`
+    ref_text: str | None = None  # that clip's transcript
 
 
-def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_text: bool = False) -> SpeechParams:
+def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_text: bool = False,
+                 normalize: bool = False) -> SpeechParams:
     """A speech request's fields (OpenAI's names, and ours) checked against the limits, over the
-    server's generation settings (`defaults`); every door builds its requests through this. With
-    `streamed_text` the text comes later (Speaking.push)."""
+    server's generation settings (`defaults`) and normalization (`normalize`, --normalize-text); every
+    door builds its requests through this. With `streamed_text` the text comes later (Speaking.push)."""
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
     unknown = sorted(set(body) - SPEECH_FIELDS)
@@ -74,9 +132,12 @@ def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_te
     text = "" if streamed_text else _text(body, "input", required=True, limit=limits.max_input_chars)
     if not streamed_text and not text.strip():
         raise RequestError(400, "input is empty; give at least one word to speak", "input")
+    ref_audio, ref_text = _clip(body, limits)
     voice = body.get("voice")
     if isinstance(voice, dict):
         voice = voice.get("id")
+    if ref_audio is not None:  # the clip wins: OpenAI's clients send a voice whatever else they send
+        voice = voice if isinstance(voice, str) and voice else "ref_audio"
     if not isinstance(voice, str) or not voice:
         raise RequestError(400, "voice is required: a built-in name (alloy, ash, ...) or a saved voice's id", "voice")
     if len(voice) > 64:
@@ -96,10 +157,12 @@ def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_te
     if speed is not None and not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
         raise RequestError(400, f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}, got {speed}", "speed")
     changes = {name: _number(body, name, whole=kind is int) for name, kind in TUNABLE.items()}
+    changes.update({name: _switch(body, name) for name in SWITCHES})
+    normalize_text = _switch(body, "normalize_text")
     if changes["num_steps"] is not None and not 1 <= changes["num_steps"] <= MAX_STEPS:
         raise RequestError(400, f"num_steps must be between 1 and {MAX_STEPS}, got {changes['num_steps']}", "num_steps")
     for name, value in changes.items():
-        if value is not None and abs(value) > MAX_SETTING:
+        if value is not None and not isinstance(value, bool) and abs(value) > MAX_SETTING:
             raise RequestError(400, f"{name} must be within ±{MAX_SETTING:g}, got {value:g}", name)
     try:
         settings = defaults.replace(**{k: v for k, v in changes.items() if v is not None})
@@ -113,4 +176,5 @@ def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_te
     if seed is not None and not 0 <= seed < 2**63:
         raise RequestError(400, f"seed must be between 0 and 2**63 - 1, got {seed}", "seed")
     return SpeechParams(text, voice, instructions, response_format, stream_format,
-                        None if speed is None or speed == 1.0 else float(speed), language, duration, seed, settings)
+                        None if speed is None or speed == 1.0 else float(speed), language, duration, seed, settings,
+                        normalize if normalize_text is None else normalize_text, ref_audio, ref_text)

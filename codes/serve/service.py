@@ -24,6 +24,7 @@ class ServerConfig:
     settings: GenerationSettings = field(default_factory=GenerationSettings)  # what a request leaves out
     replica: str | None = None  # a Ray Serve replica's NAME/PID: sent as a response header and in the request log
     browsers: BrowserRules = field(default_factory=BrowserRules)  # which web pages may call (--allow-origin/-host)
+    normalize_text: bool = False  # --normalize-text: a request that does not say is normalized
 
 
 @dataclass

@@ -112,6 +112,7 @@ class SentenceStream:
     closed: bool = True  # False while text may still arrive (extend(), then close())
     finished: bool = False  # its log line is written
     waiting_for_text: Callable[[], None] | None = None  # called when every sentence so far is spoken and more may come
+    options: dict = field(default_factory=dict)  # what the request asked beyond the server's defaults, for its log line
 
     def __post_init__(self):
         self.items = [None] * len(self.requests)
@@ -151,9 +152,9 @@ class SentenceStream:
 
     def _check_deadline(self) -> None:
         if time.perf_counter() > self.deadline:
-            raise _past_deadline()
+            raise past_deadline()
 
-    def _left(self) -> float | None:
+    def left(self) -> float | None:
         return None if self.deadline == float("inf") else max(self.deadline - time.perf_counter(), 0.0)
 
     async def _ensure_submitted(self, index: int) -> None:
@@ -167,9 +168,9 @@ class SentenceStream:
 
     async def _codes(self, index: int) -> np.ndarray:
         try:
-            return await asyncio.wait_for(self.model.codes(self.items[index]), self._left())
+            return await asyncio.wait_for(self.model.codes(self.items[index]), self.left())
         except asyncio.TimeoutError:  # the loop's clock and perf_counter may differ by a hair
-            raise _past_deadline() from None
+            raise past_deadline() from None
         except (CancelledError, asyncio.CancelledError):
             raise
         except Exception as exc:  # the item failed in the engine
@@ -187,9 +188,9 @@ class SentenceStream:
                     self.waiting_for_text()
                 self._grown.clear()
                 try:
-                    await asyncio.wait_for(self._grown.wait(), self._left())
+                    await asyncio.wait_for(self._grown.wait(), self.left())
                 except asyncio.TimeoutError:  # the loop's clock and perf_counter may differ by a hair
-                    raise _past_deadline() from None
+                    raise past_deadline() from None
                 continue
             self._check_deadline()
             await self._ensure_submitted(index)
@@ -232,12 +233,13 @@ class SentenceStream:
         first = (self.first_audio_at - self.received_at) if self.first_audio_at else float("nan")
         reason = "" if self.reason is None else f" reason={json.dumps(self.reason)}"
         replica = "" if self.replica is None else f" replica={self.replica}"
+        options = f" options={json.dumps(self.options, separators=(',', ':'))}" if self.options else ""
         return (f"speech request={request_id}{replica} door={self.door} status={self.status} chars={self.chars} "
                 f"sentences={len(self.requests)} audio={self.audio_samples / SAMPLE_RATE:.2f}s queue_wait={queue_wait:.3f}s "
-                f"first_audio={first:.3f}s total={now - self.received_at:.3f}s max_batch_shared={shared}{reason}")
+                f"first_audio={first:.3f}s total={now - self.received_at:.3f}s max_batch_shared={shared}{options}{reason}")
 
 
-def _past_deadline() -> StreamFailed:
+def past_deadline() -> StreamFailed:
     return StreamFailed("the request ran past --max-request-seconds; send shorter input or fewer steps")
 
 

@@ -43,6 +43,7 @@ class ServiceOptions:
     browsers: BrowserRules = BrowserRules()  # --allow-origin, --allow-host
     replica: str | None = None  # NAME/PID of a Ray Serve replica; None for plain serve.py
     voices_from: tuple[Path, ...] = ()  # wyoming-piper voice folders, only read (codes/serve/voice_files.py)
+    normalize_text: bool = False  # --normalize-text: requests that do not say are normalized
 
     def for_replica(self, name: str) -> "ServiceOptions":
         return replace(self, replica=f"{name}/{os.getpid()}")
@@ -77,11 +78,16 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     preload = preload_names(args.preload_voices, DESIGN_VOICES)
     voices_from = check_folders(getattr(args, "voices_from", None))
+    normalize = bool(getattr(args, "normalize_text", False))
+    if normalize:  # a missing WeTextProcessing is one line now, not a 400 on every request
+        from codes.runtime.normalize import check_available
+
+        check_available()
     return ServiceOptions(model_dir, higgs_dir, args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY")
                           or None, limits, args.max_batch, args.max_queue, args.pin_seconds, tuple(preload),
                           args.max_ref_seconds, args.provider, args.threads, settings, args.host,
                           args.mcp_output_dir, browser_rules(args.allow_origin, args.allow_host),
-                          voices_from=voices_from)
+                          voices_from=voices_from, normalize_text=normalize)
 
 
 def voice_book(folder: Path) -> VoiceBook:
@@ -103,7 +109,7 @@ def service_state(options: ServiceOptions) -> ServerState:
                       options.limits.max_pinned)
     voices = Voices(book, pins, options.max_ref_seconds)
     config = ServerConfig(options.voices_dir, options.api_key, options.limits, options.settings, options.replica,
-                          options.browsers)
+                          options.browsers, normalize_text=options.normalize_text)
     return ServerState(config, voices)
 
 
@@ -115,6 +121,10 @@ def load_model(options: ServiceOptions, voices: Voices):
     tts = OmniVoiceOnnx(options.model_dir, higgs_dir=options.higgs_dir, provider=options.provider,
                         threads=options.threads)
     tts.codec.load_decoder()
+    if options.normalize_text:  # the grammars load here (about a second), not in the first request
+        from codes.runtime.normalize import check_available
+
+        check_available()
     model = LoadedModel(tts, options.max_batch, options.max_queue)
     model.warm_up()
     model.start()

@@ -1,36 +1,63 @@
-"""Saved voices from uploads, for every door that takes one (HTTP's POST /v1/audio/voices, MCP's
-save_voice): the name and the count checked before any decoding, the clip's length from its header
-(codes/runtime/audio.py), the save counted again under the folder's lock."""
+"""Voices from uploaded clips, for every door that takes one: saved ones (HTTP's POST /v1/audio/voices,
+MCP's save_voice), the name and the count checked before any decoding, the save counted again under the
+folder's lock; and a speech request's one-off clone (`ref_audio`), encoded the same way and never saved.
+A clip's length comes from its header (codes/runtime/audio.py), refused before it is decoded."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
 from codes.common.errors import UserError
 from codes.runtime import audio
 from codes.serve.errors import RequestError
+from codes.runtime.synthesis import Voice
 from codes.serve.limits import Limits, flag
+from codes.serve.params import check_transcript
 from codes.serve.service import ServerState
 from codes.serve.speech import LoadedModel
 from codes.serve.voice_files import read_voice_file
-from codes.serve.voices import TooManyVoices, VoiceExists
+from codes.serve.voices import PinEngine, TooManyVoices, VoiceExists
 
 logger = logging.getLogger("omnivoice.serve")
 
 
-def read_clip(data: bytes, limits: Limits) -> tuple[np.ndarray, int]:
+def read_clip(data: bytes, limits: Limits, param: str = "file") -> tuple[np.ndarray, int]:
     """An uploaded clip -> (mono float32, rate), its length refused from its header before decoding
     (codes/runtime/audio.py read_clip), so a small file that unpacks to gigabytes is never unpacked."""
     try:
         return audio.read_clip(data, limits.max_ref_seconds_upload)
     except audio.ClipTooLong as exc:
         raise RequestError(400, f"the clip is {exc.length}; the limit is {exc.limit:g} s ({flag('max_ref_seconds_upload')}; "
-                                "a clone prompt needs only a few seconds): trim it", "file", "clip_too_long") from None
+                                "a clone prompt needs only a few seconds): trim it", param, "clip_too_long") from None
     except UserError as exc:
-        raise RequestError(400, str(exc), "file", "unreadable_audio") from None
+        raise RequestError(400, str(exc), param, "unreadable_audio") from None
+
+
+async def encode_clip(model: PinEngine, data: bytes, transcript: str, limits: Limits, preprocess_prompt: bool = True,
+                      param: str = "file") -> Voice:
+    """A clip's clone prompt: read off the loop, encoded on the codec's pool (where a step's decode waits its turn)."""
+    loop = asyncio.get_running_loop()
+    wav, rate = await loop.run_in_executor(None, read_clip, data, limits, param)
+    return await loop.run_in_executor(model.decode_pool, model.tts.create_voice, (wav, rate), transcript,
+                                      preprocess_prompt)
+
+
+@dataclass(frozen=True)
+class OneOffClip:
+    """A speech request's `ref_audio` and `ref_text`: a voice for that request only, never written to
+    --voices_dir (codes/serve/voices.py Voices.resolve encodes it, within the request's slot)."""
+
+    data: bytes
+    transcript: str
+    limits: Limits
+    preprocess_prompt: bool = True
+
+    async def voice(self, model: PinEngine) -> Voice:
+        return await encode_clip(model, self.data, self.transcript, self.limits, self.preprocess_prompt, "ref_audio")
 
 
 async def save_voice(state: ServerState, read, transcript: str, vid: str, voice_file: bool = False) -> None:
@@ -47,9 +74,7 @@ async def save_voice(state: ServerState, read, transcript: str, vid: str, voice_
 
 async def _save(state: ServerState, model: LoadedModel, read, transcript: str, vid: str, voice_file: bool) -> None:
     limits = state.config.limits
-    if len(transcript) > limits.max_transcript_chars:
-        raise RequestError(400, f"the transcript is {len(transcript)} characters; the limit is "
-                                f"{limits.max_transcript_chars}", "text", "transcript_too_long")
+    check_transcript(transcript, limits, "text")
     loop = asyncio.get_running_loop()
     book = state.voices.book
     if await loop.run_in_executor(None, book.taken, vid):  # before any decoding
@@ -62,8 +87,7 @@ async def _save(state: ServerState, model: LoadedModel, read, transcript: str, v
         except UserError as exc:
             raise RequestError(400, str(exc), "file", "unreadable_voice") from None
     else:
-        wav, rate = await loop.run_in_executor(None, read_clip, await read(), limits)
-        voice = await loop.run_in_executor(model.decode_pool, model.tts.create_voice, (wav, rate), transcript)
+        voice = await encode_clip(model, await read(), transcript, limits)
     try:  # counted again under the folder's lock: uploads that were decoded at once all passed the count above
         await loop.run_in_executor(None, book.save, vid, voice, limits.max_voices)
     except VoiceExists:

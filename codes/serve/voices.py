@@ -116,6 +116,12 @@ class CloneSource(Protocol):
     def ready(self) -> Voice | None: ...
 
 
+class OneOffSource(Protocol):
+    """A request's own clip (codes/serve/voice_uploads.py OneOffClip): encoded for that request, kept nowhere."""
+
+    async def voice(self, model: PinEngine) -> Voice: ...
+
+
 @dataclass(frozen=True)
 class ImportedVoice:
     """A voice offered from a --voices-from folder (codes/serve/voice_files.py): a design (`instruct`,
@@ -390,9 +396,12 @@ class Voices:
         futures = [self.pins.get(model, self.design_instruct(name, None)) for name in names]
         return [future.result() for future in futures]
 
-    async def resolve(self, model: PinEngine, name: str, instructions: str | None,
-                      text: str) -> tuple[Voice | None, str | None]:
-        """(clone prompt, instruct) for a request; UserError for an unknown voice."""
+    async def resolve(self, model: PinEngine, name: str, instructions: str | None, text: str,
+                      clip: OneOffSource | None = None) -> tuple[Voice | None, str | None]:
+        """(clone prompt, instruct) for a request; UserError for an unknown voice. A request's own clip
+        wins over its voice name (OpenAI's clients always send one); instructions then steer the clone."""
+        if clip is not None:
+            return await clip.voice(model), (instructions or None)
         if self.design_of(name) is not None:
             return await self.pins.wait(model, self.design_instruct(name, instructions, text)), None
         voice = await self.saved(model, name)

@@ -229,7 +229,8 @@ class SpeechHandler(AsyncEventHandler):
     def _begin(self, fields: dict, streamed_text: bool) -> Speaking | None:
         """A request spoken in its own task; a refusal of its fields is an error event in that task."""
         try:
-            params = parse_speech(fields, self.limits, self.state.config.settings, streamed_text=streamed_text)
+            params = parse_speech(fields, self.limits, self.state.config.settings, streamed_text=streamed_text,
+                                  normalize=self.state.config.normalize_text)
         except (RequestError, UserError) as exc:
             self.task = asyncio.create_task(self._report(exc))
             return None
@@ -241,7 +242,7 @@ class SpeechHandler(AsyncEventHandler):
         """Run a stream's push or close; a refusal (text past the limit, a full server) ends that
         stream with an error event, and the rest of its text is ignored."""
         try:
-            action(*args)
+            await action(*args)
         except Exception as exc:
             error = as_request_error(exc)
             await self._end_stream(error.message, _code(error))
