@@ -187,3 +187,23 @@ def test_a_stream_closed_with_nothing_said_is_refused_for_every_door(state, line
         asyncio.run(empty())
     assert refused.value.code == "empty_text" and idle(state)
     assert [line["status"] for line in lines()] == ["error"]
+
+
+def test_streamed_text_is_normalized_sentence_by_sentence_as_it_comes(state, lines):
+    async def spoken(normalize: bool) -> list[str]:
+        async with Speaking(state, params(state, None, normalize_text=normalize, language="English"), "wyoming",
+                            streamed_text=True) as speaking:
+            await speaking.push("I have 25 apples. And")
+            first = [request.text for request in speaking.job.requests]  # the first sentence is out: normalized
+            await speaking.push(" 3 pears.")
+            await speaking.close()
+            async for _ in speaking.pieces():
+                pass
+            return first, [request.text for request in speaking.job.requests]
+
+    first, normalized = asyncio.run(spoken(True))
+    assert first and "25" not in " ".join(first) and "twenty" in " ".join(first)
+    assert not any(digit in " ".join(normalized) for digit in "0123456789") and "three pears" in " ".join(normalized)
+    _, plain = asyncio.run(spoken(False))
+    assert "25" in " ".join(plain) and "3 pears" in " ".join(plain)
+    assert [line["status"] for line in lines()] == ["ok", "ok"] and idle(state)
