@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import sys
 import threading
 import time
@@ -265,7 +266,8 @@ def mcp_http(srv: Server) -> Client:
 async def tool_calls(client: Client, folder) -> dict:
     async with client:
         tools = {tool.name for tool in (await client.list_tools()).tools}
-        spoken = await client.call_tool("speak", {"text": "Hello from an agent.", "num_steps": 4, "seed": 3})
+        spoken = await client.call_tool("speak", {"text": "Hello from agent 7.", "num_steps": 4, "seed": 3,
+                                                  "normalize_text": True, "denoise": False})
         bad = await client.call_tool("speak", {"text": "Hello.", "speed": 99})
         unknown = await client.call_tool("speak", {"text": "Hello.", "voice": "nobody"})
         voices = await client.call_tool("list_voices", {})
@@ -303,7 +305,9 @@ def test_mcp_over_http_needs_the_key_and_speaks_into_the_output_folder(server):
     assert len(written) == 1
     np.testing.assert_array_equal(soundfile.read(written[0], dtype="int16")[0], wav)
     assert not list(server.out.glob(".speech-*"))  # no temporary left behind
-    assert {line["door"] for line in server.request_lines(start)} == {"mcp"}
+    lines = server.request_lines(start)
+    assert {line["door"] for line in lines} == {"mcp"}
+    assert json.loads(lines[0]["options"]) == {"num_steps": 4, "denoise": False, "normalize_text": True}
     assert server.proc.poll() is None
 
 
