@@ -9,6 +9,7 @@ audio element's clock), never for guessed seconds.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -24,7 +25,7 @@ import soundfile
 from playwright.sync_api import expect, sync_playwright
 
 from codes.runtime.data import load_table
-from codes.runtime.voice_design import LANGUAGE_IDS, resolve_instruct
+from codes.runtime.voice_design import LANGUAGE_IDS, language_choices, resolve_instruct
 from serving import TWO_SENTENCES, Server
 from synthesis_inputs import REF_TEXT, reference_clip
 
@@ -149,7 +150,10 @@ def test_the_page_loads_without_the_key_and_asks_nothing_of_another_origin(visit
                        ("textbox", "Voice name"), ("combobox", "Voice"), ("combobox", "Language"),
                        ("combobox", "Gender"), ("combobox", "Age"), ("combobox", "Pitch"), ("combobox", "Accent"),
                        ("button", "Speak"), ("button", "Record"), ("button", "Stop"), ("button", "Save voice"),
-                       ("button", "Delete voice")):
+                       ("button", "Delete voice"), ("button", "Speak with clip"), ("spinbutton", "Speed"),
+                       ("spinbutton", "Duration (s)"), ("spinbutton", "Steps"), ("spinbutton", "Guidance"),
+                       ("checkbox", "Denoise"), ("checkbox", "Pre-processing"), ("checkbox", "Post-processing"),
+                       ("checkbox", "Normalize text")):
         expect(page.get_by_role(role, name=name, exact=True)).to_have_count(1)
     expect(page.get_by_label("Reference clip")).to_have_attribute("type", "file")
     expect(page.get_by_role("alert")).to_have_text("")
@@ -177,7 +181,12 @@ def test_the_page_offers_what_the_runtime_accepts(visit):
     assert values("Accent") == vocabulary["accent"] + vocabulary["dialect"]
     assert vocabulary["style"] == ["whisper"]
     expect(page.get_by_role("checkbox", name="Whisper", exact=True)).to_have_count(1)
-    assert set(values("Language")) <= LANGUAGE_IDS and "en" in values("Language")
+    languages = page.get_by_role("combobox", name="Language", exact=True)
+    expect(languages).to_have_attribute("placeholder", "Auto")
+    page.wait_for_function("input => input.list.options.length > 1", arg=languages.element_handle(), polling=50)
+    listed = languages.evaluate("input => [...input.list.options].map(o => o.value)")
+    assert listed == ["Auto", *(language["name"] for language in language_choices())]  # upstream's demo's list
+    assert len(listed) == 1 + len(LANGUAGE_IDS) and {"Cantonese", "Japanese", "English"} <= set(listed)
 
 
 def test_a_wrong_key_shows_an_alert_and_the_right_key_speaks(visit):
@@ -214,6 +223,88 @@ def test_a_wrong_key_shows_an_alert_and_the_right_key_speaks(visit):
     duration = page.get_by_label("Speech").evaluate("audio => audio.duration")  # the player holds the whole result
     assert duration == pytest.approx(len(samples) / rate, abs=0.01)
     assert alert.text_content() == ""
+
+
+def test_a_typed_key_is_used_at_once_without_pressing_use_key(visit):
+    """The key typed into the box is the key the very next request sends: Speak right after typing it
+    speaks (no 401), and the voice list fills."""
+    page = visit(key=None).page
+    expect(page.get_by_role("alert")).to_contain_text("401")
+    page.get_by_role("spinbutton", name="Steps", exact=True).fill(STEPS)
+    page.get_by_role("textbox", name="API key", exact=True).fill(KEY)
+    with page.expect_response(lambda response: response.url.endswith("/v1/audio/speech")) as answered:
+        page.get_by_role("button", name="Speak", exact=True).click()
+    assert answered.value.status == 200 and answered.value.request.headers["authorization"] == f"Bearer {KEY}"
+    expect(page.get_by_role("link", name="Download", exact=True)).to_be_visible()
+    expect(voice_select(page).get_by_role("option", name=re.compile("^alloy "))).to_have_count(1)
+    expect(page.get_by_role("alert")).to_have_text("")
+
+
+def test_the_language_search_sends_the_language_picked(visit):
+    page = visit().page
+    language = page.get_by_role("combobox", name="Language", exact=True)
+    page.wait_for_function("input => input.list.options.length > 600", arg=language.element_handle(), polling=50)
+    found = language.evaluate("input => [...input.list.options].map(o => o.value).filter(v => /canton/i.test(v))")
+    assert found == ["Cantonese"]
+    language.fill("Cantonese")
+    assert speak(page, "Just a short one.")["language"] == "yue"
+    language.fill("japanese")  # a name in any case, or an id
+    assert speak(page, "Just a short one.")["language"] == "ja"
+    language.fill("")
+    assert "language" not in speak(page, "Just a short one.")  # Auto: the model tells
+    language.fill("Klingon")
+    page.get_by_role("button", name="Speak", exact=True).click()
+    expect(page.get_by_role("alert")).to_have_text('unknown language "Klingon": pick one from the Language list, or Auto')
+
+
+def test_the_advanced_controls_reach_the_request_and_the_server(visit, server):
+    page = visit().page
+    denoise = page.get_by_role("checkbox", name="Denoise", exact=True)
+    expect(denoise).to_be_checked()  # the server's defaults (GET /v1/audio/defaults)
+    expect(page.get_by_role("checkbox", name="Normalize text", exact=True)).not_to_be_checked()
+    expect(page.get_by_role("spinbutton", name="Guidance", exact=True)).to_have_attribute("placeholder", "2")
+    page.get_by_role("spinbutton", name="Duration (s)", exact=True).fill("2.5")
+    page.get_by_role("spinbutton", name="Guidance", exact=True).fill("1.5")
+    page.get_by_role("spinbutton", name="Speed", exact=True).fill("1.25")
+    denoise.uncheck()
+    page.get_by_role("checkbox", name="Pre-processing", exact=True).uncheck()
+    page.get_by_role("checkbox", name="Post-processing", exact=True).uncheck()
+    page.get_by_role("checkbox", name="Normalize text", exact=True).check()
+    start = len(server.log_lines())
+    body = speak(page, "I have 25 apples.")
+    asked = {"duration": 2.5, "guidance_scale": 1.5, "speed": 1.25, "num_steps": 4, "denoise": False,
+             "preprocess_prompt": False, "postprocess_output": False, "normalize_text": True}
+    assert {name: body[name] for name in asked} == asked
+    (line,) = server.request_lines(start)
+    assert json.loads(line["options"]) == {"num_steps": 4, "guidance_scale": 1.5, "denoise": False,
+                                           "preprocess_prompt": False, "postprocess_output": False,
+                                           "normalize_text": True}
+    samples, rate = downloaded_audio(page)
+    assert len(samples) / rate < 2.5 + 0.5  # duration asked for; post-processing off keeps its length (and pads)
+    expect(page.get_by_role("alert")).to_have_text("")
+
+
+def test_a_one_off_clone_from_an_uploaded_clip_speaks_and_saves_nothing(visit, server, tmp_path):
+    clip = tmp_path / "once.wav"
+    soundfile.write(clip, reference_clip(seed=2), 24000)
+    saved_before, files_before = saved_ids(server), sorted(server.voices_dir.rglob("*"))
+    page = visit().page
+    expect(voice_select(page).get_by_role("option", name=re.compile("^alloy "))).to_have_count(1)
+    options_before = voice_select(page).get_by_role("option").count()
+    page.get_by_role("textbox", name="Text", exact=True).fill("Spoken once with a clip.")
+    page.get_by_role("spinbutton", name="Steps", exact=True).fill(STEPS)
+    page.get_by_label("Reference clip").set_input_files(clip)
+    page.get_by_role("textbox", name="Transcript", exact=True).fill(REF_TEXT)
+    with page.expect_request(lambda request: request.url.endswith("/v1/audio/speech")) as sent:
+        page.get_by_role("button", name="Speak with clip", exact=True).click()
+    body = sent.value.post_data_json
+    assert base64.b64decode(body["ref_audio"]) == clip.read_bytes() and body["ref_text"] == REF_TEXT
+    expect(page.get_by_role("link", name="Download", exact=True)).to_be_visible()
+    samples, rate = downloaded_audio(page)
+    assert len(samples) > rate // 2 and np.abs(samples).max() > 0
+    expect(page.get_by_role("alert")).to_have_text("")
+    assert saved_ids(server) == saved_before and sorted(server.voices_dir.rglob("*")) == files_before
+    expect(voice_select(page).get_by_role("option")).to_have_count(options_before)
 
 
 def test_the_format_picked_is_what_plays_and_downloads(visit):

@@ -59,6 +59,28 @@ export async function listVoices() {
   return (await response.json()).voices;
 }
 
+// Every language the model knows, [{id, name}] sorted by name (upstream's demo's names).
+export async function listLanguages() {
+  const response = await call("GET", "/v1/audio/languages");
+  return (await response.json()).languages;
+}
+
+// What a speech request that leaves a setting out gets: the server's generation settings and normalize_text.
+export async function serverDefaults() {
+  const response = await call("GET", "/v1/audio/defaults");
+  return response.json();
+}
+
+// A clip's bytes as base64, for a speech request's ref_audio.
+export function base64Of(blob) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result.slice(reader.result.indexOf(",") + 1)); // after "data:...;base64,"
+    reader.onerror = () => reject(new Error(`the clip cannot be read (${reader.error})`));
+    reader.readAsDataURL(blob);
+  });
+}
+
 export async function listModels() {
   const response = await call("GET", "/v1/audio/models");
   return (await response.json()).models.map((model) => model.id);

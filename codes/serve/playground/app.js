@@ -1,7 +1,10 @@
 // The page's state: the voice list, the design items, speaking, cloning and deleting, and errors shown
 // in the alert. Every call goes through api.js; nothing here knows more of the server than a client does.
 
-import { ApiError, deleteVoice, listModels, listVoices, saveVoice, speakStream, storeKey, storedKey } from "./api.js";
+import {
+  ApiError, base64Of, deleteVoice, listLanguages, listModels, listVoices, saveVoice, serverDefaults, speakStream, storeKey,
+  storedKey,
+} from "./api.js";
 import { EncodedPlayer, StreamPlayer } from "./player.js";
 
 const $ = (id) => document.getElementById(id);
@@ -11,6 +14,8 @@ let player = null; // the last Speak's player
 let model = "omnivoice";
 let recording = null; // {recorder, startedAt, timer} while the microphone records
 let recorded = null; // the last recording: {blob, filename}
+let languageIds = null; // a language's name or id, lower case -> its id, once the server has listed them
+let keyTimer = null; // a reload of what the key opens, shortly after the typing stops
 
 // --- errors and the key -----------------------------------------------------------------------
 
@@ -42,11 +47,34 @@ async function guarded(action, ...busy) {
   }
 }
 
+// The key in the box is the key every request sends (api.js reads it at each call), from the first
+// keystroke: pressing Speak right after typing it needs no "Use key" first.
+function useKey() {
+  clearTimeout(keyTimer);
+  storeKey($("key").value.trim());
+}
+
+$("key").addEventListener("input", () => {
+  useKey();
+  keyTimer = setTimeout(() => guarded(loadServer), 400);
+});
+
+$("key").addEventListener("change", () => {
+  useKey();
+  guarded(loadServer);
+});
+
 $("key-form").addEventListener("submit", (event) => {
   event.preventDefault();
-  storeKey($("key").value.trim());
-  guarded(loadVoices);
+  useKey();
+  guarded(loadServer);
 });
+
+// What the key opens: the voices, and once the languages and the server's defaults.
+async function loadServer() {
+  await loadVoices();
+  if (languageIds === null) await loadLanguages();
+}
 
 // --- voices -----------------------------------------------------------------------------------
 
@@ -87,6 +115,31 @@ $("delete").addEventListener("click", () => guarded(async () => {
   await deleteVoice(id);
   await loadVoices();
 }, $("delete")));
+
+// --- languages and settings ---------------------------------------------------------------
+
+async function loadLanguages() {
+  const [languages, defaults] = await Promise.all([listLanguages(), serverDefaults()]);
+  $("languages").replaceChildren(new Option("Auto", "Auto"), ...languages.map((language) => new Option("", language.name)));
+  const ids = new Map(languages.map((language) => [language.name.toLowerCase(), language.id]));
+  languages.forEach((language) => ids.set(language.id.toLowerCase(), language.id));
+  $("steps").placeholder = `${defaults.num_steps}`;
+  $("guidance").placeholder = `${defaults.guidance_scale}`;
+  $("denoise").checked = defaults.denoise;
+  $("preprocess").checked = defaults.preprocess_prompt;
+  $("postprocess").checked = defaults.postprocess_output;
+  $("normalize").checked = defaults.normalize_text;
+  languageIds = ids;
+}
+
+// The Language box's id for the request: null for Auto (or empty), else a name or id from the list.
+function languageId() {
+  const typed = $("language").value.trim();
+  if (!typed || typed.toLowerCase() === "auto") return null;
+  const id = languageIds && languageIds.get(typed.toLowerCase());
+  if (!id) throw new Error(`unknown language "${typed}": pick one from the Language list, or Auto`);
+  return id;
+}
 
 // --- design -----------------------------------------------------------------------------------
 
@@ -137,12 +190,15 @@ function hideProgress() {
 function speechRequest(format) {
   const request = {
     model, input: $("text").value, voice: $("voice").value, response_format: format === "wav" ? "pcm" : format,
-    speed: Number($("speed").value) || 1,
+    speed: Number($("speed").value) || 1, denoise: $("denoise").checked, preprocess_prompt: $("preprocess").checked,
+    postprocess_output: $("postprocess").checked, normalize_text: $("normalize").checked,
   };
-  const language = $("language").value;
+  const language = languageId();
   if (language) request.language = language;
-  const steps = $("steps").value;
-  if (steps) request.num_steps = Number(steps);
+  for (const [id, field] of [["steps", "num_steps"], ["guidance", "guidance_scale"], ["duration", "duration"]]) {
+    const value = $(id).value;
+    if (value) request[field] = Number(value);
+  }
   const instructions = $("instructions").value.trim();
   if (instructions) request.instructions = instructions;
   return request;
@@ -150,6 +206,11 @@ function speechRequest(format) {
 
 $("speak-form").addEventListener("submit", (event) => {
   event.preventDefault();
+  speak(async () => ({}), $("speak"));
+});
+
+// Speaks the form's text, with what `extra()` adds to the request (a clip), streaming into the player.
+function speak(extra, button) {
   $("download").hidden = true;
   const format = $("format").value;
   if (player) player.stop();
@@ -157,8 +218,8 @@ $("speak-form").addEventListener("submit", (event) => {
   player.start(); // in the click itself: the browser lets audio start only from a user's action
   guarded(async () => {
     try {
-      if (!$("voice").value) await loadVoices();
-      const request = speechRequest(format);
+      if (!$("voice").value || languageIds === null) await loadServer();
+      const request = { ...speechRequest(format), ...await extra() };
       const total = sentenceCount(request.input);
       let pieces = 0;
       showProgress(0, total, `0 of ${total} sentences`);
@@ -179,8 +240,8 @@ $("speak-form").addEventListener("submit", (event) => {
     } finally {
       hideProgress();
     }
-  }, $("speak"));
-});
+  }, button);
+}
 
 // --- cloning ----------------------------------------------------------------------------------
 
@@ -222,14 +283,26 @@ $("clip").addEventListener("change", () => {
   $("recording").textContent = "";
 });
 
+// The clip picked or recorded, and its transcript; the page's own checks, before any call.
+function clipAndTranscript() {
+  const file = $("clip").files[0];
+  const clip = file ? { blob: file, filename: file.name } : recorded;
+  if (!clip) throw new Error("choose a reference clip or record one first");
+  const transcript = $("transcript").value.trim();
+  if (!transcript) throw new Error("type what the clip says in Transcript");
+  return { clip, transcript };
+}
+
+// A one-off clone: the clip rides in the speech request (ref_audio) and the server keeps nothing.
+$("speak-clip").addEventListener("click", () => speak(async () => {
+  const { clip, transcript } = clipAndTranscript();
+  return { ref_audio: await base64Of(clip.blob), ref_text: transcript };
+}, $("speak-clip")));
+
 $("clone-form").addEventListener("submit", (event) => {
   event.preventDefault();
   guarded(async () => {
-    const file = $("clip").files[0];
-    const clip = file ? { blob: file, filename: file.name } : recorded;
-    if (!clip) throw new Error("choose a reference clip or record one first");
-    const transcript = $("transcript").value.trim();
-    if (!transcript) throw new Error("type what the clip says in Transcript");
+    const { clip, transcript } = clipAndTranscript();
     const name = $("name").value.trim();
     if (!name) throw new Error("give the voice a name in Voice name");
     const saved = await saveVoice(name, transcript, clip.blob, clip.filename);
@@ -241,4 +314,4 @@ $("clone-form").addEventListener("submit", (event) => {
 // --- start ------------------------------------------------------------------------------------
 
 $("key").value = storedKey();
-guarded(loadVoices);
+guarded(loadServer);
