@@ -15,7 +15,7 @@ import numpy as np
 import openai
 import pytest
 
-from conftest import run_script
+from conftest import last_error_line, run_script
 from serving import FAST, RATE, TWO_SENTENCES, Server, many_sentences, pcm_samples, speak
 from synthesis_inputs import REF_TEXT, reference_clip
 
@@ -366,3 +366,15 @@ def test_the_languages_route_lists_every_language_by_upstreams_names(server):
     assert names == sorted(names) and {"id": "yue", "name": "Cantonese"} in listed
     assert {"id": "ja", "name": "Japanese"} in listed and {"id": "zh", "name": "Chinese"} in listed
     assert {language["id"] for language in listed} == set(LANGUAGE_NAME_TO_ID.values())
+
+
+def test_normalize_text_without_its_library_fails_at_start_in_one_line(build, tmp_path):
+    shadow = tmp_path / "shadow" / "tn"  # WeTextProcessing's package, as a machine without pynini imports it
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'pynini'\")\n")
+    result = run_script("serve.py", "--model_dir", build, "--voices_dir", tmp_path / "voices", "--normalize-text",
+                        env={"PYTHONPATH": str(shadow.parent)})
+    assert result.returncode == 2 and "ready:" not in result.stdout
+    line = last_error_line(result)
+    assert "text normalization needs WeTextProcessing" in line and "pip install -r requirements-runtime.txt" in line
+    assert "--normalize-text" in run_script("serve.py", "--help").stdout

@@ -5,7 +5,8 @@ Every error leaves as {"error": {"message", "type", "param", "code"}} with its s
 (a runtime UserError's one line becomes the message), 401 wrong or missing key, 403 a web page that may
 not call (its Origin, or without a key a Host name: codes/serve/origins.py), 404 no such voice or
 route, 408 a body that arrives too slowly, 409 a voice name taken or too many voices, 413 a body past
-its limit, 429 queue full or too many requests, 503 loading, shutting down or the engine stopped, 504
+its limit (a speech request's may add a ref_audio clip's base64 to --max-body-bytes) or a clip past
+--max-upload-bytes, 429 queue full or too many requests, 503 loading, shutting down or the engine stopped, 504
 no audio within the request timeout.
 A failure after the first audio ends the stream as an error the client sees (an SSE `error` event,
 or an aborted transfer), never as a clean end. The event loop only routes: reading clips, loading and
