@@ -307,6 +307,26 @@ def test_a_one_off_clone_from_an_uploaded_clip_speaks_and_saves_nothing(visit, s
     expect(voice_select(page).get_by_role("option")).to_have_count(options_before)
 
 
+def test_a_one_off_clone_from_the_microphone_speaks_and_saves_nothing(visit, server):
+    saved_before = saved_ids(server)
+    page = visit().page
+    page.get_by_role("textbox", name="Text", exact=True).fill("Spoken once with a recording.")
+    page.get_by_role("spinbutton", name="Steps", exact=True).fill(STEPS)
+    page.get_by_role("button", name="Record", exact=True).click()
+    recording = page.get_by_role("status").filter(has_text="Record")
+    expect(recording).to_have_text(re.compile(r"Recording [2-9]\.\d s"))
+    page.get_by_role("button", name="Stop", exact=True).click()
+    expect(recording).to_have_text(re.compile(r"Recorded \d+\.\d s"))
+    page.get_by_role("textbox", name="Transcript", exact=True).fill("Beep, beep.")
+    with page.expect_response(lambda response: response.url.endswith("/v1/audio/speech")) as answered:
+        page.get_by_role("button", name="Speak with clip", exact=True).click()
+    assert answered.value.status == 200
+    assert len(base64.b64decode(answered.value.request.post_data_json["ref_audio"])) > 1000
+    expect(page.get_by_role("link", name="Download", exact=True)).to_be_visible()
+    expect(page.get_by_role("alert")).to_have_text("")
+    assert saved_ids(server) == saved_before
+
+
 def test_the_format_picked_is_what_plays_and_downloads(visit):
     """MP3 streams into the player (a MediaSource) as it comes; FLAC, whose bytes come at the end, plays
     once complete. Each download is the server's own file in that format."""

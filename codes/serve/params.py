@@ -137,9 +137,10 @@ def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_te
     if isinstance(voice, dict):
         voice = voice.get("id")
     if ref_audio is not None:  # the clip wins: OpenAI's clients send a voice whatever else they send
-        voice = voice if isinstance(voice, str) and voice else "ref_audio"
+        voice = voice if isinstance(voice, str) and 0 < len(voice) <= 64 else "ref_audio"
     if not isinstance(voice, str) or not voice:
-        raise RequestError(400, "voice is required: a built-in name (alloy, ash, ...) or a saved voice's id", "voice")
+        raise RequestError(400, "voice is required: a built-in name (alloy, ash, ...), a saved voice's id, or a clip "
+                                "as ref_audio", "voice")
     if len(voice) > 64:
         raise RequestError(404, f"unknown voice {excerpt(voice)}: voice ids are at most 64 characters", "voice",
                            "voice_not_found")
