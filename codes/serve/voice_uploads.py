@@ -13,8 +13,8 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.runtime import audio
-from codes.serve.errors import RequestError
 from codes.runtime.synthesis import Voice
+from codes.serve.errors import RequestError
 from codes.serve.limits import Limits, flag
 from codes.serve.params import check_transcript
 from codes.serve.service import ServerState
@@ -39,7 +39,7 @@ def read_clip(data: bytes, limits: Limits, param: str = "file") -> tuple[np.ndar
 
 async def encode_clip(model: PinEngine, data: bytes, transcript: str, limits: Limits, preprocess_prompt: bool = True,
                       param: str = "file") -> Voice:
-    """A clip's clone prompt: read off the loop, encoded on the codec's pool (where a step's decode waits its turn)."""
+    """A clip's clone prompt: read off the loop, then encoded on the codec's pool (the codec's one worker)."""
     loop = asyncio.get_running_loop()
     wav, rate = await loop.run_in_executor(None, read_clip, data, limits, param)
     return await loop.run_in_executor(model.decode_pool, model.tts.create_voice, (wav, rate), transcript,
