@@ -1,0 +1,202 @@
+"""Export a Whisper checkpoint into `<output>/asr/`: the recogniser `codes/runtime/asr.py` runs.
+
+The graphs come from onnxruntime-genai's model builder (its Whisper support: an encoder that
+also emits each decoder layer's cross-attention keys and values, and a decoder with a self-
+attention cache). genai's own search cannot be used: it has no suppressed or begin-suppressed
+tokens and stops beams differently from transformers, so the runtime drives the two graphs with
+ONNX Runtime and does transformers' beam search in numpy. Everything that search needs is read
+here, once, through transformers' own code (the ASR pipeline's defaults, Whisper's init-token
+rules, the tokenizer's special ids), and written to `asr/asr_manifest.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from codes.common.errors import UserError
+from codes.common.fileio import sha256_file
+from codes.common.quiet import library_output
+from codes.export.checkpoint import _resolve_hub, identity_of
+from codes.export.onnx_io import save_model
+from codes.export.tokenizer_build import write_json
+from codes.export.whisper_checkpoint import GENERATED, generated_whisper
+from codes.runtime.asr import FORMAT, MANIFEST_NAME
+
+DEFAULT_ASR_MODEL = "openai/whisper-large-v3-turbo"
+PRECISIONS = ("fp32", "fp16", "int8")
+ASR_DIR = "asr"
+CHECKPOINT_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "tokenizer.json")
+# Generation settings the numpy search does not implement, with the value that means "off".
+UNSUPPORTED_WHEN_SET = {
+    "do_sample": False, "num_return_sequences": 1, "return_timestamps": False, "no_speech_threshold": None,
+    "logprob_threshold": None, "compression_ratio_threshold": None, "condition_on_prev_tokens": None,
+    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "min_length": 0, "min_new_tokens": None,
+    "bad_words_ids": None, "forced_bos_token_id": None, "forced_eos_token_id": None, "num_beam_groups": 1,
+    "prompt_ids": None, "exponential_decay_length_penalty": None, "sequence_bias": None,
+}
+
+
+def resolve_whisper(model: str) -> Path:
+    """--asr-model as a checked local folder: a folder, a hub id in the local cache, or a generated one."""
+    if model in GENERATED:
+        path = generated_whisper(model)
+    elif Path(model).exists():
+        path = Path(model)
+    elif model.count("/") == 1 and not model.startswith((".", "/")):
+        path = _resolve_hub(model)
+    else:
+        raise UserError(f"--asr-model {model}: no such folder; pass a Whisper checkpoint folder, a cached hub id "
+                        f"or one of {', '.join(GENERATED)}")
+    if not path.is_dir():
+        raise UserError(f"--asr-model {model} is a file; pass the checkpoint folder that holds config.json")
+    missing = [name for name in CHECKPOINT_FILES if not (path / name).is_file()]
+    if not (path / "model.safetensors").is_file() and not (path / "model.safetensors.index.json").is_file():
+        missing.append("model.safetensors")
+    if missing:
+        raise UserError(f"Whisper checkpoint {path} is incomplete: missing {', '.join(missing)}; pass a folder in "
+                        "the hub's layout (config.json, model.safetensors, generation_config.json, "
+                        "preprocessor_config.json, tokenizer.json)")
+    model_type = json.loads((path / "config.json").read_text()).get("model_type")
+    if model_type != "whisper":
+        raise UserError(f"{path / 'config.json'} has model_type {model_type!r}, not 'whisper'; pass a Whisper checkpoint")
+    return path
+
+
+def pipeline_generation(folder: Path) -> tuple[dict, dict]:
+    """The generation settings and text rules upstream's `pipeline("automatic-speech-recognition")` call
+    ends up with, read through transformers' own code rather than restated."""
+    import numpy as np
+    import torch
+    from transformers import pipeline
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    with library_output("loading the Whisper checkpoint"):
+        # The call upstream makes (load_asr_model), on CPU.
+        asr = pipeline("automatic-speech-recognition", model=str(folder), dtype=torch.float32, device="cpu")
+        model = asr.model
+        kwargs = asr._prepare_generate_kwargs({})
+        config, _ = model._prepare_generation_config(None, **kwargs)
+        model._set_return_timestamps(return_timestamps=None, is_shortform=True, generation_config=config)
+        model._set_language_and_task(language=None, task=None, is_multilingual=None, generation_config=config)
+        # Language detection runs per clip: mark its slot instead of running it.
+        model.detect_language = lambda **_: torch.tensor([-1])
+        init = model._retrieve_init_tokens(torch.zeros(1, model.config.num_mel_bins, 3000), batch_size=1,
+                                           generation_config=config, config=model.config, num_segment_frames=3000,
+                                           kwargs={})[0].tolist()
+    for name, off in UNSUPPORTED_WHEN_SET.items():
+        value = getattr(config, name, off)
+        if value not in (off, None) and not (off is None and value is False):
+            raise UserError(f"{folder}'s generation config sets {name}={value!r}, which the ONNX recogniser does not "
+                            "implement; remove it from generation_config.json")
+    if isinstance(config.temperature, (list, tuple)):
+        raise UserError(f"{folder}'s generation config sets a temperature fallback list; remove temperature")
+    lang_ids = sorted(getattr(config, "lang_to_id", {}).values())
+    tokenizer = asr.tokenizer
+    probe = tokenizer.encode(" a . b", add_special_tokens=False)
+    generation = {
+        "init_tokens": [None if token == -1 else token for token in init],
+        "language_ids": lang_ids,
+        "decoder_start_token_id": config.decoder_start_token_id,
+        "eos_token_id": config.eos_token_id if isinstance(config.eos_token_id, int) else config.eos_token_id[0],
+        "pad_token_id": kwargs.get("pad_token_id", config.pad_token_id),
+        "num_beams": int(config.num_beams or 1),
+        "length_penalty": float(config.length_penalty),
+        "early_stopping": config.early_stopping,
+        "max_length": config.max_length,
+        "max_new_tokens": config.max_new_tokens,
+        "suppress_tokens": list(config.suppress_tokens or []),
+        "begin_suppress_tokens": list(config.begin_suppress_tokens or []),
+        "pipeline_defaults": kwargs,
+    }
+    if isinstance(config.eos_token_id, list) and len(config.eos_token_id) > 1:
+        raise UserError(f"{folder}'s generation config has several eos_token_id; the recogniser supports one")
+    id_of = tokenizer.convert_tokens_to_ids
+    special_ids = sorted(set(tokenizer.all_special_ids))
+    text = {
+        "special_ids": special_ids,
+        "language_names": {str(i): LANGUAGES[tokenizer.decode([i])[2:-2]] for i in special_ids
+                           if tokenizer.decode([i])[2:-2] in LANGUAGES},
+        "timestamp_begin": id_of("<|notimestamps|>") + 1,
+        "prompt_token_id": id_of("<|startofprev|>"),
+        "decoder_start_token_id": id_of("<|startoftranscript|>"),
+        # transformers 5 skips the clean-up for BPE tokenizers whatever the config says: probe what it does.
+        "clean_up_tokenization_spaces": tokenizer.decode(probe) != tokenizer.backend_tokenizer.decode(probe),
+    }
+    mel_filters = np.asarray(asr.feature_extractor.mel_filters, np.float32)
+    del asr, model
+    return {"generation": generation, "text": text}, {"mel_filters": mel_filters}
+
+
+def build_genai_whisper(folder: Path, out_dir: Path, precision: str) -> tuple[Path, Path]:
+    """genai's builder on the checkpoint; returns its encoder.onnx and decoder.onnx."""
+    from onnxruntime_genai.models import builder
+
+    args = ("openai/whisper-large-v3-turbo", str(folder), str(out_dir), precision, "cpu", str(out_dir / "cache"))
+    with library_output("onnxruntime-genai's Whisper builder"):
+        # create_model needs parse_extra_options first (docs/DESIGN.md §genai-options).
+        builder.create_model(*args, **builder.parse_extra_options(*args, []))
+    return out_dir / "encoder.onnx", out_dir / "decoder.onnx"
+
+
+def _entry(folder: Path, name: str) -> dict:
+    entry = {"file": name, "sha256": sha256_file(folder / name)}
+    data = folder / f"{name}.data"
+    if data.is_file():
+        entry.update(data=data.name, data_sha256=sha256_file(data))
+    return entry
+
+
+def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path | None = None) -> Path:
+    """Write `<output>/asr/` (two graphs, tokenizer.json, mel filters, asr_manifest.json); returns the folder."""
+    import numpy as np
+    import onnx
+
+    from codes.export.llm_genai import quantize_int8_dynamic
+
+    if precision not in PRECISIONS:
+        raise UserError(f"ASR precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    folder = resolve_whisper(model)
+    settings, arrays = pipeline_generation(folder)
+    asr_dir = Path(output) / ASR_DIR
+    work = Path(work_dir) if work_dir else Path(output) / ".asr-work"
+    shutil.rmtree(work, ignore_errors=True)
+    asr_dir.mkdir(parents=True, exist_ok=True)
+    # int8 quantizes the fp32 graphs' MatMuls (int8 weights, dynamic uint8 activations), as the backbone's int8.
+    genai_precision = "fp16" if precision == "fp16" else "fp32"
+    encoder, decoder = build_genai_whisper(folder, work / "genai", genai_precision)
+    config = json.loads((folder / "config.json").read_text())
+    for name, source in (("encoder.onnx", encoder), ("decoder.onnx", decoder)):
+        graph = onnx.load(str(source))
+        if precision == "int8":
+            graph = quantize_int8_dynamic(graph, work / f"int8-{name}")
+        save_model(graph, asr_dir / name)
+    shutil.copyfile(folder / "tokenizer.json", asr_dir / "tokenizer.json")
+    np.save(asr_dir / "mel_filters.npy", arrays["mel_filters"])
+    shutil.rmtree(work, ignore_errors=True)
+
+    features = json.loads((folder / "preprocessor_config.json").read_text())
+    manifest = {
+        "format": FORMAT,
+        "version": 1,
+        "precision": precision,
+        "io_dtype": "float16" if precision == "fp16" else "float32",
+        "source": {**identity_of(folder), "asr_model": model},
+        "graphs": {"encoder": _entry(asr_dir, "encoder.onnx"), "decoder": _entry(asr_dir, "decoder.onnx")},
+        "files": {"tokenizer": _entry(asr_dir, "tokenizer.json"), "mel_filters": _entry(asr_dir, "mel_filters.npy")},
+        "model": {
+            "decoder_layers": config["decoder_layers"], "decoder_heads": config["decoder_attention_heads"],
+            "head_size": config["d_model"] // config["decoder_attention_heads"],
+            "max_source_positions": config["max_source_positions"],
+            "max_target_positions": config["max_target_positions"], "num_mel_bins": config["num_mel_bins"],
+            "vocab_size": config["vocab_size"],
+        },
+        "features": {key: features[key] for key in ("sampling_rate", "n_fft", "hop_length", "n_samples",
+                                                     "nb_max_frames", "feature_size")},
+        **settings,
+    }
+    if features.get("dither", 0.0):
+        raise UserError(f"{folder}/preprocessor_config.json sets dither; the recogniser's features are deterministic")
+    write_json(asr_dir / MANIFEST_NAME, manifest)
+    return asr_dir
