@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from codes.common.errors import UserError
@@ -129,12 +131,42 @@ def pipeline_generation(folder: Path) -> tuple[dict, dict]:
     return {"generation": generation, "text": text}, {"mel_filters": mel_filters}
 
 
+@contextmanager
+def cross_cache_per_decoder_layer(builder, decoder_layers: int):
+    """genai 0.18's Whisper encoder emits one cross-attention cache per *encoder* layer, reading
+    decoder layer i for each: right for large-v3 (32/32), an IndexError for turbo (32/4). While
+    it lays out those outputs, its layer count is the decoder's."""
+    # builder.py imports its builders as a top-level `builders` package: patch that copy.
+    WhisperEncoder = sys.modules[builder.WhisperModel.__module__].WhisperEncoder
+    originals = {name: getattr(WhisperEncoder, name) for name in ("make_inputs_and_outputs", "make_postprocessing_nodes")}
+
+    def with_decoder_layers(method):
+        def patched(self):
+            encoder_layers, self.num_layers = self.num_layers, decoder_layers
+            try:
+                return method(self)
+            finally:
+                self.num_layers = encoder_layers
+        return patched
+
+    for name, method in originals.items():
+        setattr(WhisperEncoder, name, with_decoder_layers(method))
+    try:
+        yield
+    finally:
+        for name, method in originals.items():
+            setattr(WhisperEncoder, name, method)
+
+
 def build_genai_whisper(folder: Path, out_dir: Path, precision: str) -> tuple[Path, Path]:
     """genai's builder on the checkpoint; returns its encoder.onnx and decoder.onnx."""
     from onnxruntime_genai.models import builder
 
+    config = json.loads((folder / "config.json").read_text())
+    if config["encoder_attention_heads"] != config["decoder_attention_heads"]:
+        raise UserError(f"{folder}: encoder and decoder head counts differ; genai's Whisper builder cannot export it")
     args = ("openai/whisper-large-v3-turbo", str(folder), str(out_dir), precision, "cpu", str(out_dir / "cache"))
-    with library_output("onnxruntime-genai's Whisper builder"):
+    with library_output("onnxruntime-genai's Whisper builder"), cross_cache_per_decoder_layer(builder, config["decoder_layers"]):
         # create_model needs parse_extra_options first (docs/DESIGN.md §genai-options).
         builder.create_model(*args, **builder.parse_extra_options(*args, []))
     return out_dir / "encoder.onnx", out_dir / "decoder.onnx"

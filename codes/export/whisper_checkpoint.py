@@ -25,7 +25,7 @@ from codes.common.errors import UserError
 from codes.common.quiet import library_output
 from codes.export.tokenizer_build import byte_alphabet, merge_parts, write_json
 
-GENERATOR_VERSION = 1  # bump whenever the generated weights, config or tokenizer change
+GENERATOR_VERSION = 2  # bump whenever the generated weights, config or tokenizer change
 GENERATED = ("tiny-whisper", "full-whisper")
 NUM_LANGUAGES = 100  # large-v3 added Cantonese to v2's 99
 BASE_VOCAB_SIZE = 50_257
@@ -33,7 +33,8 @@ VOCAB_SIZE = 51_866  # the base ranks, then <|endoftext|> ... <|notimestamps|>, 
 PRETOKENIZE_REGEX = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 SIZES = {
-    "tiny": dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+    # more encoder than decoder layers, as turbo (the genai builder's cross cache depends on it)
+    "tiny": dict(d_model=64, encoder_layers=3, decoder_layers=2, encoder_attention_heads=4,
                  decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128),
     # whisper-large-v3-turbo's config.json
     "full": dict(d_model=1280, encoder_layers=32, decoder_layers=4, encoder_attention_heads=20,
