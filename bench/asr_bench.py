@@ -5,7 +5,8 @@
 
 Each precision is built once into --work (kept between runs), then measured in its own process so
 its peak resident memory (loading included) is its own. Random weights decide how many tokens a
-clip decodes to, so the tokens generated are reported next to each time.
+clip decodes to, so the tokens generated are reported next to each time, with the encoder's share
+(one 30 s window, whatever the clip's length) and the cost of each token of the 5-beam search.
 """
 
 from __future__ import annotations
@@ -35,8 +36,14 @@ for i, s in enumerate(seconds):
     wav = speech_like_signal(s, 24000, seed=i + 1)
     start = time.perf_counter()
     text = recogniser.transcribe(wav, 24000)
-    rows["clips"].append({"seconds": s, "time_s": time.perf_counter() - start,
-                          "tokens": recogniser.last_token_count, "chars": len(text), "text": text[:60]})
+    elapsed = time.perf_counter() - start
+    features = recogniser.features_of(wav, 24000)
+    start = time.perf_counter()
+    recogniser._encode(features)
+    encoder_s = time.perf_counter() - start
+    tokens = recogniser.last_token_count
+    rows["clips"].append({"seconds": s, "time_s": elapsed, "tokens": tokens, "encoder_s": encoder_s,
+                          "per_token_ms": 1000 * (elapsed - encoder_s) / max(tokens, 1), "text": text[:40]})
 rows["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(rows))
 """

@@ -232,3 +232,19 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
         raise UserError(f"{folder}/preprocessor_config.json sets dither; the recogniser's features are deterministic")
     write_json(asr_dir / MANIFEST_NAME, manifest)
     return asr_dir
+
+
+def written_files(asr_dir: Path) -> list[str]:
+    """What a recogniser build wrote, relative to the build folder (for the main build's file list)."""
+    manifest = json.loads((Path(asr_dir) / MANIFEST_NAME).read_text())
+    names = [name for entry in (*manifest["graphs"].values(), *manifest["files"].values())
+             for name in (entry["file"], entry.get("data")) if name]
+    return [f"{ASR_DIR}/{name}" for name in names] + [f"{ASR_DIR}/{MANIFEST_NAME}"]
+
+
+def manifest_section(asr_dir: Path) -> dict:
+    """The main manifest's `asr` entry: where the recogniser is and what it is."""
+    asr_dir = Path(asr_dir)
+    manifest = json.loads((asr_dir / MANIFEST_NAME).read_text())
+    return {"models_dir": ASR_DIR, "manifest": MANIFEST_NAME, "manifest_sha256": sha256_file(asr_dir / MANIFEST_NAME),
+            "precision": manifest["precision"], "source": manifest["source"]}
