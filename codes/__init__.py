@@ -1,6 +1,6 @@
 """omnivoice-onnx: build OmniVoice into ONNX and run it with ONNX Runtime alone.
 
-    from codes import OmniVoice, OmniVoiceGenerationConfig, VoiceClonePrompt   # upstream's API (codes/api.py)
+    from codes import OmniVoice, OmniVoiceGenerationConfig, VoiceClonePrompt   # upstream's API (codes/runtime/api.py)
 """
 
 __version__ = "0.1.0"
@@ -11,7 +11,7 @@ _API = ("OmniVoice", "OmniVoiceGenerationConfig", "VoiceClonePrompt")
 def __getattr__(name: str):
     # Loaded on first use, so `import codes.common.errors` (every script's first import) stays light.
     if name in _API:
-        from codes import api
+        from codes.runtime import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'codes' has no attribute {name!r}")

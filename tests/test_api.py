@@ -1,4 +1,4 @@
-"""Upstream's Python API (codes/api.py): upstream's own README examples, with the import and the model path
+"""Upstream's Python API (codes/runtime/api.py): upstream's own README examples, with the import and the model path
 changed, give upstream's audio item for item, in a venv without torch; and the API's names, defaults and
 refusals."""
 
@@ -135,7 +135,7 @@ def test_from_pretrained_refuses_what_the_build_cannot_do_in_one_line(build, kwa
 
 
 def test_from_pretrained_accepts_upstreams_loading_arguments(build, caplog):
-    with caplog.at_level(logging.WARNING, logger="codes.api"):
+    with caplog.at_level(logging.WARNING, logger="codes.runtime.api"):
         model = OmniVoice.from_pretrained(build, device_map="auto", dtype=torch.float32, attn_implementation="sdpa",
                                           low_cpu_mem_usage=True, no_such_argument=1)
     assert model.sampling_rate == 24000 and model.engine.provider == "cpu"

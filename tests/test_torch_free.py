@@ -19,7 +19,7 @@ RUNTIME_MODULES = [
     "codes.runtime.audio",
     "codes.runtime.prompt_file",
     "codes.runtime.normalize",
-    "codes.api",
+    "codes.runtime.api",
 ]
 FORBIDDEN = ["torch", "torchaudio", "transformers", "omnivoice", "pydub", "librosa"]
 
