@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -79,12 +80,15 @@ def main() -> int:
                             "build_asr(sys.argv[1], sys.argv[2], sys.argv[3])", args.model, str(folder.parent),
                             precision], cwd=REPO_ROOT, check=True)
             print(f"{precision}: built in {time.perf_counter() - start:.0f} s", flush=True)
+        load_before = os.getloadavg()[0]
         done = subprocess.run([sys.executable, "-c", MEASURE, str(folder), str(args.threads),
                                ",".join(str(s) for s in CLIP_SECONDS)], cwd=REPO_ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             results["runs"][precision] = {"error": (done.stderr.strip().splitlines() or ["failed"])[-1]}
         else:
             results["runs"][precision] = json.loads(done.stdout.strip().splitlines()[-1])
+        # Other work on the machine inflates every figure: keep the 1-minute load next to them.
+        results["runs"][precision]["load_avg_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         size = sum(p.stat().st_size for p in folder.iterdir()) / 2**20
         results["runs"][precision]["folder_mb"] = round(size)
         print(precision, json.dumps(results["runs"][precision]), flush=True)
