@@ -248,3 +248,18 @@ def manifest_section(asr_dir: Path) -> dict:
     manifest = json.loads((asr_dir / MANIFEST_NAME).read_text())
     return {"models_dir": ASR_DIR, "manifest": MANIFEST_NAME, "manifest_sha256": sha256_file(asr_dir / MANIFEST_NAME),
             "precision": manifest["precision"], "source": manifest["source"]}
+
+
+# The recogniser's precision per build profile (bench/asr_results.md): int8 on every CPU profile but the
+# reference one, fp16 on CUDA as upstream runs Whisper there.
+PROFILE_PRECISION = {"cpu": "int8", "cpu_int8": "int8", "cpu_fp16": "int8", "cpu_fp32": "fp32", "gpu": "fp16"}
+
+
+def profile_precision(profile: str, override: str | None = None) -> str:
+    if override is not None:
+        if override not in PRECISIONS:
+            raise UserError(f"--asr-precision {override} is not one of {', '.join(PRECISIONS)}")
+        return override
+    if profile not in PROFILE_PRECISION:
+        raise UserError(f"profile {profile!r} has no recogniser precision; pass --asr-precision")
+    return PROFILE_PRECISION[profile]
