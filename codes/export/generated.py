@@ -102,17 +102,15 @@ def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0)
     return out_dir
 
 
-def generated_folder(name: str, seed: int = 0) -> tuple[Path, dict]:
-    """`tiny-random` / `full-random`, generated once into the cache (atomically: a folder swap);
-    returns the folder and the checkpoint's identity."""
-    size = name.split("-")[0]
-    final = cache_dir("checkpoints") / f"{name}-v{GENERATOR_VERSION}-seed{seed}"
+def generate_once(final: Path, name: str, write) -> Path:
+    """`final`, made by `write(folder)` into a hidden folder beside it and swapped in whole, unless it
+    holds a config.json already (a generated checkpoint is made once per cache)."""
     if not (final / "config.json").is_file():
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         tmp.chmod(0o755)
         try:
             with library_output(f"generating {name}"):
-                write_omnivoice_checkpoint(tmp, size=size, seed=seed)
+                write(tmp)
             try:
                 os.rename(tmp, final)
             except OSError:  # another process finished first
@@ -120,6 +118,15 @@ def generated_folder(name: str, seed: int = 0) -> tuple[Path, dict]:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+    return final
+
+
+def generated_folder(name: str, seed: int = 0) -> tuple[Path, dict]:
+    """`tiny-random` / `full-random`, generated once into the cache (atomically: a folder swap);
+    returns the folder and the checkpoint's identity."""
+    size = name.split("-")[0]
+    final = cache_dir("checkpoints") / f"{name}-v{GENERATOR_VERSION}-seed{seed}"
+    generate_once(final, name, lambda folder: write_omnivoice_checkpoint(folder, size=size, seed=seed))
     identity = {"kind": name, "seed": seed, "generator_version": GENERATOR_VERSION, "path": str(final)}
     return final, identity
 

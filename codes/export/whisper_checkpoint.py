@@ -15,14 +15,11 @@ the same text. The weights are shaped so the transcript follows the clip (docs/D
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from codes.common.cache import cache_dir
 from codes.common.errors import UserError
-from codes.common.quiet import library_output
+from codes.export.generated import generate_once
 from codes.export.tokenizer_build import byte_alphabet, merge_parts, write_json
 
 GENERATOR_VERSION = 2  # bump whenever the generated weights, config or tokenizer change
@@ -260,20 +257,7 @@ def generated_whisper(name: str, seed: int = 0) -> Path:
     if name not in GENERATED:
         raise UserError(f"unknown generated Whisper {name!r}; use one of {', '.join(GENERATED)}")
     final = cache_dir("checkpoints") / f"{name}-v{GENERATOR_VERSION}-seed{seed}"
-    if not (final / "config.json").is_file():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-        tmp.chmod(0o755)
-        try:
-            with library_output(f"generating {name}"):
-                write_whisper_checkpoint(tmp, size=name.split("-")[0], seed=seed)
-            try:
-                os.rename(tmp, final)
-            except OSError:  # another process finished first
-                shutil.rmtree(tmp, ignore_errors=True)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    return final
+    return generate_once(final, name, lambda folder: write_whisper_checkpoint(folder, size=name.split("-")[0], seed=seed))
 
 
 def load_generation_config(folder: Path) -> dict:
