@@ -16,7 +16,7 @@ $(STAMP): requirements.txt requirements-runtime.txt
 
 setup: $(STAMP)
 
-# The browser tests' browser (tests/test_playground.py): Debian's chromium, which Playwright drives by its
+# The browser tests' browser (tests/serve/test_playground.py): Debian's chromium, which Playwright drives by its
 # path, since Playwright's own browser download cannot be reached from every machine.
 $(CHROMIUM):
 	$(SUDO) apt-get update -qq

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from conftest import ROOT
+from helpers.scripts import ROOT
 
 # What each wing may import from codes/ (its own modules included).
 ALLOWED = {

@@ -18,7 +18,7 @@ import soundfile
 
 from codes.export.generated_higgs import speech_like_signal
 from codes.runtime.manifest import read_manifest
-from conftest import ROOT, run_main
+from helpers.scripts import ROOT, run_main
 
 WALKTHROUGH = """\
 python optimize.py --device cpu      --output onnx/int4 --model ./model/

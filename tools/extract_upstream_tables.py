@@ -4,7 +4,7 @@ Run with the build environment (it imports omnivoice, hence torch):
 
     python tools/extract_upstream_tables.py [--out codes/runtime/data]
 
-The runtime reads only the JSON; tests/test_*.py assert the JSON still equals
+The runtime reads only the JSON; tests/runtime/test_*.py assert the JSON still equals
 what the installed omnivoice holds, so re-run this after upgrading omnivoice.
 """
 

@@ -7,7 +7,7 @@ language, decodes with a 5-beam search under the checkpoint's generation config 
 adds num_beams=5; its max_new_tokens=256 is dropped because Whisper's config sets max_length),
 and detokenizes with its Whisper-specific `_decode_asr`. Every step is here, in numpy, over the
 encoder and decoder graphs that `codes/export/asr_build.py` writes; the small functions keep
-transformers' granularity so each can be tested against its twin (tests/test_asr.py).
+transformers' granularity so each can be tested against its twin (tests/runtime/test_asr.py).
 """
 
 from __future__ import annotations

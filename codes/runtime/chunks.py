@@ -155,7 +155,7 @@ class TextStream:
     Work is linear in the text however it is cut (one character a push included): a mark's verdict is
     final once the character after its run has come, so each scan goes on from where the last push
     left it, and what a cut leaves behind (all of it from the push that made the cut) is read once more.
-    `examined` counts the characters read, for tests/test_chunks.py."""
+    `examined` counts the characters read, for tests/runtime/test_chunks.py."""
 
     def __init__(self, min_weight: float = MIN_WEIGHT, max_weight: float = MAX_WEIGHT):
         self.min_weight, self.max_weight = min_weight, max_weight

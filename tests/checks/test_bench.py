@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_main
-from synthesis_inputs import FP32_BUILD
+from helpers.scripts import run_main
+from helpers.synthesis_inputs import FP32_BUILD
 
 
 def test_rtf_benchmark_writes_side_by_side_results(builds, tmp_path):

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile
 
-from conftest import ROOT, last_error_line, run_script
-from synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
+from helpers.scripts import ROOT, last_error_line, run_script
+from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
 
 from codes.common.errors import UserError
 from codes.corpus.rows import RowError, check_id, row_seed

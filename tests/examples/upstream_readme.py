@@ -1,4 +1,4 @@
-"""Upstream OmniVoice's README examples, as upstream's users write them (tests/test_api.py runs this file).
+"""Upstream OmniVoice's README examples, as upstream's users write them (tests/runtime/test_api.py runs this file).
 
 The test runs it twice: as it stands, with upstream's package on the checkpoint, and with the two marked
 lines changed (the import, and the model path to a build), in a venv without torch. Each run saves every

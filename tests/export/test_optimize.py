@@ -13,7 +13,7 @@ import pytest
 from codes.common.errors import UserError
 from codes.export.manifest_write import hash_files
 from codes.runtime.manifest import MANIFEST_NAME, read_manifest
-from conftest import last_error_line, run_main, run_script
+from helpers.scripts import last_error_line, run_main, run_script
 
 PROFILES = ("cpu_fp32", "cpu", "cpu_fp16", "gpu")
 
@@ -204,7 +204,7 @@ def test_cached_hub_id_resolves_offline(tiny_checkpoint, tmp_path):
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from helpers.scripts import ROOT
 
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={**__import__("os").environ, "HF_HUB_CACHE": str(tmp_path / "hub")})
@@ -325,7 +325,7 @@ def _kill_build_once(out: Path, staged: str) -> list[Path]:
     import sys
     import time
 
-    from conftest import ROOT
+    from helpers.scripts import ROOT
 
     process = subprocess.Popen([sys.executable, str(ROOT / "optimize.py"), "--model", "tiny-random", "--device", "cpu",
                                 "--output", str(out)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -375,7 +375,7 @@ def test_a_staging_folder_whose_builder_is_alive_is_left_alone(tiny_checkpoint, 
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from helpers.scripts import ROOT
 
     holder = ("import sys, time; from pathlib import Path; from codes.export.staging import make_staging; "
               "staging, lock = make_staging(Path(sys.argv[1]), 'live'); print(staging, flush=True); time.sleep(600)")

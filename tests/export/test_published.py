@@ -15,8 +15,8 @@ import soundfile
 
 from codes.export.generated_higgs import speech_like_signal
 from codes.runtime.manifest import MANIFEST_NAME, read_manifest
-from conftest import last_error_line, run_main, run_script
-from synthesis_inputs import FP32_BUILD
+from helpers.scripts import last_error_line, run_main, run_script
+from helpers.synthesis_inputs import FP32_BUILD
 
 RECIPE_KEYS = ("model_id", "execution_provider", "precision", "backbone", "higgs_tokenizer", "iterative_decoding")
 GRAPH_KEYS = ("filename", "inputs", "outputs")  # what the recipe's graph entries hold

@@ -17,7 +17,7 @@ def tiny_codec_source(tmp_path_factory) -> Path:
     if "source" not in _MADE:
         from codes.export.generated_higgs import write_higgs_checkpoint
         from codes.runtime.specs import HIGGS_DIR
-        from conftest import one_at_a_time, shared_folder
+        from helpers.builds import one_at_a_time, shared_folder
 
         folder = shared_folder(tmp_path_factory) / "higgs_source" / HIGGS_DIR
         with one_at_a_time(folder.parent.with_name("higgs_source.lock")):
@@ -37,7 +37,7 @@ def codec_build(tmp_path_factory, precision: str) -> tuple[Path, dict]:
         from codes.export.checkpoint import Checkpoint
         from codes.export.profiles import get_profile
         from codes.runtime.manifest import read_manifest
-        from conftest import one_at_a_time, shared_folder
+        from helpers.builds import one_at_a_time, shared_folder
 
         folder = shared_folder(tmp_path_factory) / f"higgs_{precision}" / "build"
         made = folder.with_name("build.made")

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import openai
 
-from conftest import ROOT
+from helpers.scripts import ROOT
 
 RATE = 24000
 FAST = {"num_steps": 4}

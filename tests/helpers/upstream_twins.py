@@ -25,7 +25,7 @@ from omnivoice.models.omnivoice import OmniVoice  # noqa: E402
 
 from codes.runtime.specs import AUDIO_MASK_ID, AUDIO_VOCAB_SIZE, NUM_CODEBOOKS, SAMPLE_RATE  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def extraction_tool():

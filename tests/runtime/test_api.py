@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from synthesis_inputs import FP32_BUILD, reference_clip, write_clip
-from venvs import runtime_venv
+from helpers.synthesis_inputs import FP32_BUILD, reference_clip, write_clip
+from helpers.venvs import runtime_venv
 
 import omnivoice.models.omnivoice as upstream_module
 from codes import OmniVoice, OmniVoiceGenerationConfig, VoiceClonePrompt
 from codes.common.errors import UserError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "tests" / "examples" / "upstream_readme.py"
 UPSTREAM_IMPORT = "from omnivoice import OmniVoice, OmniVoiceGenerationConfig, VoiceClonePrompt  # the import"
 OUR_IMPORT = "from codes import OmniVoice, OmniVoiceGenerationConfig, VoiceClonePrompt  # the import"

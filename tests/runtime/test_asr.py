@@ -20,7 +20,7 @@ from codes.common.errors import UserError
 from codes.export.generated_higgs import speech_like_signal
 from codes.runtime import asr as ours
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # (seconds, sample rate, seed): upstream hands the recogniser 24 kHz; other rates go through the same resampler
 CLIPS = [(3, 24000, 1), (10, 24000, 2), (20, 24000, 3), (6, 16000, 4), (8, 44100, 5), (29.5, 22050, 9)]
 

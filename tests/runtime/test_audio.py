@@ -9,8 +9,8 @@ import pytest
 import soundfile
 import torch
 import torchaudio
-import clips
-from upstream_twins import upstream_self
+from helpers import clips
+from helpers.upstream_twins import upstream_self
 
 from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 from omnivoice.utils import audio as upstream_audio

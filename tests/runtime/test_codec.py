@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import soxr
-from codec_builds import codec_build, tiny_codec_source
+from helpers.codec_builds import codec_build, tiny_codec_source
 
 from codes.runtime.codec import HiggsCodec, check_files
 from codes.checks.equiv_codec import FP16_MIN_SNR_DB, codec_equivalence, snr_db

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from upstream_twins import (  # noqa: F401
+from helpers.upstream_twins import (  # noqa: F401
     RecordingNoise,
     ReplayedRandLike,
     ToyModel,

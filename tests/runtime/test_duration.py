@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from upstream_twins import extraction_tool, upstream_self
+from helpers.upstream_twins import extraction_tool, upstream_self
 
 from omnivoice.models.omnivoice import VoiceClonePrompt
 from omnivoice.utils.duration import RuleDurationEstimator

@@ -12,7 +12,8 @@ from codes.runtime.decoding import RandomNoise
 from codes.runtime.engine import QueueFull, StepCost, StepEngine
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.synthesis import OmniVoiceOnnx
-from synthesis_inputs import FP32_BUILD
+from helpers.faults import FailingNoise
+from helpers.synthesis_inputs import FP32_BUILD
 
 TEXTS = [("Hello there, how are you today?", "en", None),
          ("A second sentence, with a designed voice.", None, "female, low pitch"),
@@ -173,19 +174,6 @@ def test_the_cost_model_fits_fixed_and_per_token_seconds_and_warm_up_feeds_it(tt
     short, longer = (tts.settle(t, "en")[0] for t in ("Hi.", "A longer sentence to warm the sessions with."))
     engine.warm_up([[short], [longer, longer]])
     assert engine.cost.per_token is not None and engine.steps_run == 2 and not engine._items
-
-
-class FailingNoise:
-    """A noise source that raises on its nth draw: an item that breaks inside a decoding step."""
-
-    def __init__(self, error: BaseException, after: int = 1):
-        self.error, self.left, self.inner = error, after, RandomNoise(0)
-
-    def uniform(self, shape):
-        self.left -= 1
-        if self.left < 0:
-            raise self.error
-        return self.inner.uniform(shape)
 
 
 def test_an_item_that_fails_a_step_fails_alone_and_its_neighbour_finishes_unchanged(tts):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from synthesis_inputs import FP32_BUILD
+from helpers.synthesis_inputs import FP32_BUILD
 
 from codes.checks.equiv import padded_cfg_batch
 from codes.runtime import specs

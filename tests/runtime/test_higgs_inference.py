@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import soundfile
-from codec_builds import codec_build
-from conftest import last_error_line, run_script
+from helpers.codec_builds import codec_build
+from helpers.scripts import last_error_line, run_script
 
 from codes.export.generated_higgs import speech_like_signal
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
-from conftest import ROOT, last_error_line, run_script
-from synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
+from helpers.scripts import ROOT, last_error_line, run_script
+from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
 
 from codes.export.manifest_write import write_manifest
 from codes.runtime.manifest import MANIFEST_NAME, read_manifest

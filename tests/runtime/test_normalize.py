@@ -13,7 +13,7 @@ from omnivoice.utils.text import normalize_text as upstream_normalize_text
 
 from codes.runtime.normalize import normalization_language, normalize_text
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 CASES = [
  ("I paid $5.50 on Jan. 3rd, 2024 at 10:30am for 25% of 3 kg.", "en"),

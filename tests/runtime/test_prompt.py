@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from upstream_twins import (  # noqa: F401 (fixtures)
+from helpers.upstream_twins import (  # noqa: F401 (fixtures)
     ToyModel,
     hf_tokenizer,
     text_tokenizer,

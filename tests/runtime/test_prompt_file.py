@@ -16,7 +16,7 @@ import zipfile
 import numpy as np
 import pytest
 import torch
-from conftest import last_error_line, run_script
+from helpers.scripts import last_error_line, run_script
 from omnivoice.models.omnivoice import VoiceClonePrompt
 
 from codes.runtime import prompt_file

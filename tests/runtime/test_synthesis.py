@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
-from upstream_twins import RecordingNoise, ReplayedRandLike, recorded_codes
+from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
+from helpers.upstream_twins import RecordingNoise, ReplayedRandLike, recorded_codes
 
 from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from upstream_twins import extraction_tool
+from helpers.upstream_twins import extraction_tool
 
 from omnivoice.models.omnivoice import _NONVERBAL_PATTERN, _combine_text
 from omnivoice.utils import text as upstream_text

@@ -19,9 +19,9 @@ from codes.export.tokenizer_build import (
     VOCAB_SIZE,
     write_tokenizer_files,
 )
-from upstream_twins import load_with_transformers
+from helpers.upstream_twins import load_with_transformers
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 SAMPLES = {
     "english": "  Hello,  world!! It's 2024; we'll see: 3.14159... Don't   stop, I'D say.  ",

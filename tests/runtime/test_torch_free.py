@@ -6,9 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from venvs import runtime_venv
+from helpers.venvs import runtime_venv
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_MODULES = [
     "codes.runtime.text",
     "codes.runtime.voice_design",
@@ -41,7 +41,7 @@ def test_runtime_runs_in_a_venv_with_only_the_runtime_requirements(builds, tmp_p
     read a voice upstream saved with torch."""
     import torch
     from omnivoice.models.omnivoice import VoiceClonePrompt
-    from synthesis_inputs import FP32_BUILD
+    from helpers.synthesis_inputs import FP32_BUILD
 
     upstream_voice = tmp_path / "upstream.pt"
     VoiceClonePrompt(torch.randint(0, 1024, (8, 30)), "What the clip says.", 0.05).save(str(upstream_voice))

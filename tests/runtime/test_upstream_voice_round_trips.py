@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import last_error_line, run_main
-from synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
-from upstream_twins import recorded_codes
+from helpers.scripts import last_error_line, run_main
+from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
+from helpers.upstream_twins import recorded_codes
 
 from omnivoice.models.omnivoice import OmniVoice, VoiceClonePrompt
 

@@ -6,7 +6,7 @@ import logging
 import re
 
 import pytest
-from upstream_twins import extraction_tool
+from helpers.upstream_twins import extraction_tool
 
 from omnivoice.models.omnivoice import _resolve_instruct, _resolve_language
 from omnivoice.utils import lang_map, voice_design as upstream_vd

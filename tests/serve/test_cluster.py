@@ -21,8 +21,8 @@ import openai
 import pytest
 import ray.serve  # noqa: F401  (the serving environment has it: a missing Ray Serve fails here, never skips)
 
-from conftest import last_error_line, run_script
-from serving import FAST, TWO_SENTENCES, Server, pcm_samples
+from helpers.scripts import last_error_line, run_script
+from helpers.serving import FAST, TWO_SENTENCES, Server, pcm_samples
 
 HEADER = "x-omnivoice-replica"
 LONG = " ".join(f"Sentence {i} of a request that is still being spoken when its replica dies." for i in range(4))
@@ -305,7 +305,7 @@ def shared(served_build, tmp_path_factory):
     import tempfile
 
     import ray
-    from serving import free_port
+    from helpers.serving import free_port
 
     temp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths must fit in 107 bytes
     port = free_port()
@@ -522,8 +522,8 @@ def test_a_signal_at_any_stage_of_the_start_ends_the_run_and_its_ray(served_buil
     import sys
     import tempfile
 
-    from conftest import ROOT
-    from serving import free_port
+    from helpers.scripts import ROOT
+    from helpers.serving import free_port
 
     ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths live under it
     log_path = tmp_path / "server.log"

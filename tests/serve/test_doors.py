@@ -26,8 +26,8 @@ from wyoming.error import Error
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
-from conftest import ROOT
-from serving import RATE, Server, free_port, many_sentences
+from helpers.scripts import ROOT
+from helpers.serving import RATE, Server, free_port, many_sentences
 
 KEY = "door-key"
 REPLY = ["Sure, I turned on the kitchen lights. ", "The living room stays dark, as you asked. ", "Anything else?"]

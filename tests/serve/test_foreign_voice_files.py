@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from conftest import run_script
+from helpers.scripts import run_script
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from omnivoice.models.omnivoice import VoiceClonePrompt
-from serving import RATE, Server, free_port
-from synthesis_inputs import reference_clip, write_clip
+from helpers.serving import RATE, Server, free_port
+from helpers.synthesis_inputs import reference_clip, write_clip
 from wyoming.audio import AudioChunk
 from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import soundfile
 
-import clips
-from serving import FAST, Server, free_port, speak
+from helpers import clips
+from helpers.serving import FAST, Server, free_port, speak
 
 BODY_SECONDS, WRITE_SECONDS = 5, 3
 LIMITS = ("--max-body-bytes", "200000", "--max-upload-bytes", "2000000", "--max-instructions-chars", "200",
@@ -525,7 +525,7 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, 
     from codes.serve.service import ServerConfig, ServerState
     from codes.serve.speech import LoadedModel
     from codes.serve.voices import DesignPins, VoiceBook, Voices
-    from test_engine import FailingNoise
+    from helpers.faults import FailingNoise
 
     pins = DesignPins(tmp_path / "voices" / "pinned", read_manifest(served_build).identity())
     voices = Voices(VoiceBook(tmp_path / "voices"), pins)

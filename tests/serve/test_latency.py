@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from serving import Server, free_port, speak
+from helpers.serving import Server, free_port, speak
 from codes.runtime.duration import paced_frames
 from codes.runtime.reference import trim_voice
 from codes.runtime.synthesis import Voice
@@ -116,7 +116,7 @@ def test_health_is_503_until_the_preloaded_voices_are_pinned(build, tmp_path):
 
 
 def test_an_unknown_preload_voice_is_refused_in_one_line(build, tmp_path):
-    from conftest import last_error_line, run_script
+    from helpers.scripts import last_error_line, run_script
 
     result = run_script("serve.py", "--model_dir", build, "--voices_dir", tmp_path, "--preload-voices", "alloy,nobody")
     assert result.returncode != 0

@@ -26,8 +26,8 @@ from playwright.sync_api import expect, sync_playwright
 
 from codes.runtime.data import load_table
 from codes.runtime.voice_design import LANGUAGE_IDS, language_choices, resolve_instruct
-from serving import TWO_SENTENCES, Server
-from synthesis_inputs import REF_TEXT, reference_clip
+from helpers.serving import TWO_SENTENCES, Server
+from helpers.synthesis_inputs import REF_TEXT, reference_clip
 
 CHROMIUM = "/usr/bin/chromium"  # Debian's package (make setup installs it): Playwright's own download is not used
 FAKE_MEDIA = ["--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]

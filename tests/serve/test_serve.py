@@ -15,9 +15,9 @@ import numpy as np
 import openai
 import pytest
 
-from conftest import last_error_line, run_script
-from serving import FAST, RATE, TWO_SENTENCES, Server, many_sentences, pcm_samples, speak
-from synthesis_inputs import REF_TEXT, reference_clip
+from helpers.scripts import last_error_line, run_script
+from helpers.serving import FAST, RATE, TWO_SENTENCES, Server, many_sentences, pcm_samples, speak
+from helpers.synthesis_inputs import REF_TEXT, reference_clip
 
 
 @pytest.fixture(scope="module")

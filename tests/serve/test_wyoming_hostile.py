@@ -21,8 +21,8 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from codes.serve.limits import Limits
 from codes.serve.wyoming import WyomingDoor
-from conftest import last_error_line, run_script
-from serving import Server, free_port, many_sentences
+from helpers.scripts import last_error_line, run_script
+from helpers.serving import Server, free_port, many_sentences
 
 WAIT = 60  # seconds a test waits for an event before it fails
 MAX_CONCURRENT = 4
