@@ -39,9 +39,9 @@ from codes.serve.origins import refusal
 from codes.serve.params import MODEL_IDS, SpeechParams, base64_length, parse_speech
 from codes.serve.playground import add_playground
 from codes.serve.service import ServerState
-from codes.serve.voice_files import export_voice, is_voice_file_name
-from codes.serve.voice_uploads import save_voice
-from codes.serve.voices import DESIGN_VOICES, voice_id
+from codes.serve.voices.book import DESIGN_VOICES, voice_id
+from codes.serve.voices.files import export_voice, is_voice_file_name
+from codes.serve.voices.uploads import save_voice
 
 logger = logging.getLogger("omnivoice.serve")
 LANGUAGES = language_choices()

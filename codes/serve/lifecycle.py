@@ -33,8 +33,9 @@ from codes.serve.errors import RequestError, as_request_error
 from codes.serve.params import SpeechParams
 from codes.serve.service import ServerState
 from codes.serve.speech import SentenceStream, past_deadline, settle_sentences
-from codes.serve.voice_uploads import OneOffClip
-from codes.serve.voices import DESIGN_VOICES, UnknownVoice
+from codes.serve.voices.book import DESIGN_VOICES
+from codes.serve.voices.resolver import UnknownVoice
+from codes.serve.voices.uploads import OneOffClip
 
 logger = logging.getLogger("omnivoice.serve")
 

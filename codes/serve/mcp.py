@@ -32,9 +32,9 @@ from codes.serve.errors import RequestError, StreamFailed, as_request_error
 from codes.serve.lifecycle import Speaking
 from codes.serve.params import parse_speech
 from codes.serve.service import ServerState
-from codes.serve.voice_files import is_voice_file_name
-from codes.serve.voice_uploads import save_voice as store_voice
-from codes.serve.voices import voice_id
+from codes.serve.voices.book import voice_id
+from codes.serve.voices.files import is_voice_file_name
+from codes.serve.voices.uploads import save_voice as store_voice
 
 logger = logging.getLogger("omnivoice.serve")
 

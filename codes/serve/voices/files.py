@@ -10,7 +10,7 @@ ref_audio_tokens, ref_text and ref_rms), made again when the clip is newer. Here
 - else its clip is encoded once, on first use, and kept in `<voices_dir>/imported/` under the clip's content
   hash (the transcript and the build in the key too), so a restart, or a copy of the folder, reads it back;
 - an `instruct.txt` is a design voice, pinned like the built-in ones.
-A voice's id is its folder's name made an id as an upload's name is (codes/serve/voices.py voice_id); a
+A voice's id is its folder's name made an id as an upload's name is (codes/serve/voices/book.py voice_id); a
 folder whose id is taken (a built-in voice, a saved one, an earlier folder) is skipped with a warning, as
 wyoming-piper skips a duplicate name. Folders are read at start; restart to pick up changes.
 """
@@ -35,7 +35,8 @@ from codes.runtime.voice_design import resolve_instruct
 from codes.serve.errors import RequestError
 from codes.serve.limits import Limits, flag
 from codes.serve.service import ServerState
-from codes.serve.voices import ImportedVoice, UnknownVoice, VoiceBook, voice_id
+from codes.serve.voices.book import ImportedVoice, VoiceBook, voice_id
+from codes.serve.voices.resolver import UnknownVoice
 
 logger = logging.getLogger("omnivoice.serve")
 

@@ -18,9 +18,10 @@ from codes.serve.errors import RequestError
 from codes.serve.limits import Limits, flag
 from codes.serve.params import check_transcript
 from codes.serve.service import ServerState
-from codes.serve.speech import LoadedModel
-from codes.serve.voice_files import read_voice_file
-from codes.serve.voices import PinEngine, TooManyVoices, VoiceExists
+from codes.serve.loaded_model import LoadedModel
+from codes.serve.voices.book import TooManyVoices, VoiceExists
+from codes.serve.voices.files import read_voice_file
+from codes.serve.voices.pins import PinEngine
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -49,7 +50,7 @@ async def encode_clip(model: PinEngine, data: bytes, transcript: str, limits: Li
 @dataclass(frozen=True)
 class OneOffClip:
     """A speech request's `ref_audio` and `ref_text`: a voice for that request only, never written to
-    --voices_dir (codes/serve/voices.py Voices.resolve encodes it, within the request's slot)."""
+    --voices_dir (codes/serve/voices/resolver.py Voices.resolve encodes it, within the request's slot)."""
 
     data: bytes
     transcript: str
@@ -64,7 +65,7 @@ async def save_voice(state: ServerState, read, transcript: str, vid: str, voice_
     """A saved voice from a reference clip (`await read()` gives its bytes, read only once the name
     and the count are known to be free) and its transcript; RequestError for what the limits refuse.
     Encoding a clip is work on the model, so an upload holds a slot like a speech request (429).
-    `voice_file`: the bytes are a voice file (.pt or .npz: codes/serve/voice_files.py), kept as they are."""
+    `voice_file`: the bytes are a voice file (.pt or .npz: codes/serve/voices/files.py), kept as they are."""
     model = state.admit()
     try:
         await _save(state, model, read, transcript, vid, voice_file)
