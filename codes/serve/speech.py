@@ -39,17 +39,18 @@ LOOKAHEAD = 1  # sentences submitted ahead once the current one's codes are done
 QUEUE_RETRY_S = 0.05  # a later sentence that meets a full queue waits for room rather than failing
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SentenceStream:
     """A request's sentences, their work items, and what its log line reports (codes/serve/lifecycle.py
-    owns when it starts and ends)."""
+    owns when it starts and ends). Made with keywords: eight of its fields would otherwise be told apart
+    by position alone."""
 
     model: LoadedModel
     requests: list[Request]
     settings: GenerationSettings
     seed: int | None
-    ref_rms: float | None
-    chars: int
+    ref_rms: float | None = None  # the voice's loudness, once it is resolved
+    chars: int = 0
     received_at: float = field(default_factory=time.perf_counter)
     items: list[WorkItem | None] = field(default_factory=list)
     first_audio_at: float | None = None

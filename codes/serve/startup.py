@@ -14,6 +14,7 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.runtime.settings import GenerationSettings
+from codes.serve.door import Door
 from codes.serve.limits import MAX_STEPS, Limits, limits_from_args
 from codes.serve.origins import BrowserRules, browser_rules
 from codes.serve.service import ServerConfig, ServerState
@@ -139,7 +140,7 @@ def load_model(options: ServiceOptions, voices: Voices):
 
 
 def doors(options: ServiceOptions, state: ServerState, wyoming_uri: str | None = None,
-          wyoming_zeroconf: str | None = None) -> list:
+          wyoming_zeroconf: str | None = None) -> list[Door]:
     """What runs beside the HTTP API: MCP at /mcp always, Wyoming where asked."""
     from codes.serve.mcp import McpDoor
 

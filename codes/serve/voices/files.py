@@ -34,9 +34,9 @@ from codes.runtime.synthesis import Voice
 from codes.runtime.voice_design import resolve_instruct
 from codes.serve.errors import RequestError
 from codes.serve.limits import Limits, flag
-from codes.serve.service import ServerState
 from codes.serve.voices.book import ImportedVoice, VoiceBook, voice_id
-from codes.serve.voices.resolver import UnknownVoice
+from codes.serve.voices.pins import PinEngine
+from codes.serve.voices.resolver import UnknownVoice, Voices
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -217,14 +217,13 @@ def read_voice_file(data: bytes, vid: str, limits: Limits) -> Voice:
     return voice
 
 
-async def export_voice(state: ServerState, vid: str, kind: str) -> bytes:
+async def export_voice(voices: Voices, model: PinEngine, vid: str, kind: str) -> bytes:
     """Any voice's file: upstream's .pt (VoiceClonePrompt.load reads it) or our .npz. A design voice
     exports its pin (pinned now if it is not yet); 404 an unknown voice, 400 an unknown format."""
     if kind not in EXPORT_FORMATS:
         raise RequestError(400, f"format must be one of {', '.join(EXPORT_FORMATS)}, got {kind[:20]!r}", "format")
-    model = state.ready()
     try:
-        voice = await state.voices.whole(model, vid)
+        voice = await voices.whole(model, vid)
     except UnknownVoice as exc:
         raise RequestError(404, str(exc), "voice", "voice_not_found") from None
     except QueueFull:  # pinning a design voice found the queue full: a 429, as for speech
