@@ -237,7 +237,8 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
             return error_envelope(error)
         engine = state.model.engine
         return {"status": "ok", "outstanding_items": len(state.model.outstanding), "requests_in_flight": state.in_flight,
-                "max_batch": engine.max_batch, "max_queue": engine.max_queue}
+                "max_batch": engine.max_batch, "max_queue": engine.max_queue,
+                "voices": state.voices.book.imported_status()}  # imported clips still encoding, in the background
 
     @app.get("/v1/models")
     async def models():

@@ -19,7 +19,7 @@ from codes.serve.limits import MAX_STEPS, Limits, limits_from_args
 from codes.serve.origins import BrowserRules, browser_rules
 from codes.serve.service import ServerConfig, ServerState
 from codes.serve.voices.book import DESIGN_VOICES, VoiceBook
-from codes.serve.voices.files import check_folders, import_folders
+from codes.serve.voices.files import check_folders, encode_imported, import_folders
 from codes.serve.voices.pins import PIN_FOLDER, DesignPins, PinSettings
 from codes.serve.voices.resolver import Voices
 
@@ -117,7 +117,8 @@ def service_state(options: ServiceOptions) -> ServerState:
 
 
 def load_model(options: ServiceOptions, voices: Voices):
-    """The model loaded, warmed, its engine started and the preloaded design voices pinned (blocking)."""
+    """The model loaded, warmed, its engine started and the preloaded design voices pinned (blocking);
+    the imported clips start encoding in the background."""
     from codes.runtime.synthesis import OmniVoiceOnnx
     from codes.serve.loaded_model import LoadedModel
 
@@ -136,6 +137,7 @@ def load_model(options: ServiceOptions, voices: Voices):
     except BaseException:
         model.stop()
         raise
+    encode_imported(voices.book.imported, model)
     return model
 
 

@@ -63,11 +63,14 @@ class TooManyVoices(UserError):
 
 
 class CloneSource(Protocol):
-    """An imported clone's voice: made on the first call (given the model's TTS), then `ready()`."""
+    """An imported clone's voice: made on the first call (given the model's TTS), then `ready()`;
+    `settled()` once made or refused."""
 
     def __call__(self, tts) -> Voice: ...
 
     def ready(self) -> Voice | None: ...
+
+    def settled(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,13 @@ class ImportedVoice:
     source: Path  # the voice's folder, only ever read
     instruct: str | None = None
     clone: CloneSource | None = None
+    language: str | None = None  # its <language> folder's tag (en_US), which Wyoming's describe lists
+
+    def entry(self) -> dict:
+        """Its line in the voice list."""
+        entry = ({"id": self.vid, "name": self.vid, "kind": "design", "instruct": self.instruct} if self.instruct
+                 else {"id": self.vid, "name": self.vid, "kind": "imported"})
+        return {**entry, "language": self.language} if self.language else entry
 
 
 class VoiceBook:
@@ -99,9 +109,15 @@ class VoiceBook:
     def listing(self) -> list[dict]:
         return ([{"id": name, "name": name, "kind": "design", "instruct": instruct}
                  for name, instruct in DESIGN_VOICES.items()]
-                + [{"id": vid, "name": vid, "kind": "design", "instruct": voice.instruct} if voice.instruct
-                   else {"id": vid, "name": vid, "kind": "imported"} for vid, voice in self.imported.items()]
+                + [voice.entry() for voice in self.imported.values()]
                 + [{"id": vid, "name": vid, "kind": "saved"} for vid in self.saved_ids()])
+
+    def imported_status(self) -> dict:
+        """For /health: the imported voices, and how many of their clips are still to be encoded or failed."""
+        clones = [voice.clone for voice in self.imported.values() if voice.clone is not None]
+        failed = sum(1 for clone in clones if clone.settled() and clone.ready() is None)
+        return {"imported": len(self.imported), "encoding": sum(1 for clone in clones if not clone.settled()),
+                "failed": failed}
 
     def known(self, most: int = 30) -> str:
         names = [*DESIGN_VOICES, *self.imported, *self.saved_ids()]
