@@ -20,7 +20,7 @@ from codes.common.errors import run_cli
 def parse_args(argv=None) -> argparse.Namespace:
     from codes.serve.cluster import add_cluster_flags
     from codes.serve.limits import add_limit_flags
-    from codes.serve.voices import PIN_SECONDS
+    from codes.serve.voices.pins import PIN_SECONDS
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", type=Path, help="a build folder (default: models/omnivoice-cpu)")

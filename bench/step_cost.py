@@ -31,7 +31,8 @@ from codes.runtime.engine import StepEngine, step_tokens  # noqa: E402
 from codes.runtime.settings import GenerationSettings  # noqa: E402
 from codes.runtime.duration import paced_frames  # noqa: E402
 from codes.runtime.synthesis import OmniVoiceOnnx, Voice  # noqa: E402
-from codes.serve.voices import DESIGN_VOICES, PIN_SECONDS, PIN_TEXTS, PinSettings  # noqa: E402
+from codes.serve.voices.book import DESIGN_VOICES  # noqa: E402
+from codes.serve.voices.pins import PIN_SECONDS, PIN_TEXTS, PinSettings  # noqa: E402
 
 REPLY = "Turning on the kitchen lights."
 TARGET = 53  # frames: the reply's 2.1 s

@@ -69,3 +69,40 @@ def test_no_import_circle():
         if name not in state:
             circle = visit(name, [])
             assert circle is None, " -> ".join(circle)
+
+
+# The serve wing's lower half (codes/serve/voices/, the loaded model, a request's sentences) knows nothing
+# of the state the doors share, so the walk from create_app runs downhill (issue 34: it climbed back 6 times).
+BELOW_THE_STATE = ("codes.serve.voices", "codes.serve.loaded_model", "codes.serve.speech")
+THE_STATE_AND_ABOVE = {"codes.serve.service", "codes.serve.lifecycle", "codes.serve.app", "codes.serve.wyoming",
+                       "codes.serve.mcp", "codes.serve.startup", "codes.serve.run", "codes.serve.replica"}
+DOORS = ("app", "wyoming", "mcp", "lifecycle")
+# What only the resolver (codes/serve/voices/resolver.py Voices) may touch to make a voice from a name.
+RESOLVERS_OWN = {"pins", "load_saved", "saved_path", "clone"}
+
+
+def reached(graph: dict[str, set[str]], name: str) -> set[str]:
+    seen, todo = set(), [name]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_serve_wing_imports_downhill_from_the_doors():
+    graph = import_graph()
+    below = [name for name in graph if name == BELOW_THE_STATE[0] or name.startswith(BELOW_THE_STATE)]
+    assert "codes.serve.voices.resolver" in below and "codes.serve.loaded_model" in below
+    upward = {name: sorted(reached(graph, name) & THE_STATE_AND_ABOVE) for name in below}
+    assert not {name: up for name, up in upward.items() if up}, "modules below the state reach above it"
+
+
+def test_doors_turn_a_voice_name_into_a_voice_only_through_the_resolver():
+    for door in DOORS:
+        path = ROOT / "codes" / "serve" / f"{door}.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        touched = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)} & RESOLVERS_OWN
+        assert not touched, f"{door}.py makes voices itself ({sorted(touched)}); go through state.voices (Voices)"
+        assert "codes.serve.voices.pins" not in imports_of(path, set(import_graph())), door

@@ -21,6 +21,7 @@ import contextlib
 import hmac
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -32,16 +33,16 @@ from codes.common.errors import UserError
 from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
 from codes.runtime.voice_design import language_choices
+from codes.serve.door import Door, MountedDoor
 from codes.serve.encode import CONTENT_TYPES, StreamEncoder
 from codes.serve.errors import ClientStalled, RequestError, StreamFailed, as_request_error
-from codes.serve.lifecycle import Speaking
+from codes.serve.lifecycle import Speaking, save_voice
 from codes.serve.origins import refusal
 from codes.serve.params import MODEL_IDS, SpeechParams, base64_length, parse_speech
 from codes.serve.playground import add_playground
 from codes.serve.service import ServerState
-from codes.serve.voice_files import export_voice, is_voice_file_name
-from codes.serve.voice_uploads import save_voice
-from codes.serve.voices import DESIGN_VOICES, voice_id
+from codes.serve.voices.book import DESIGN_VOICES, voice_id
+from codes.serve.voices.files import export_voice, is_voice_file_name
 
 logger = logging.getLogger("omnivoice.serve")
 LANGUAGES = language_choices()
@@ -191,10 +192,9 @@ async def _drain(receive, cap: int = 64 << 20) -> None:
             return
 
 
-def create_app(state: ServerState, doors=()):
-    """The HTTP API as an ASGI app. `doors` run with it (each an async context manager `running()`,
-    e.g. the Wyoming server); one with `handles(path)` and `app` (MCP) serves its paths, behind the
-    same key and body limits."""
+def create_app(state: ServerState, doors: Sequence[Door] = ()):
+    """The HTTP API as an ASGI app. `doors` run with it (codes/serve/door.py: each one's `running()`, e.g.
+    the Wyoming server); a MountedDoor (MCP) serves its paths, behind the same key and body limits."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_):
@@ -237,7 +237,8 @@ def create_app(state: ServerState, doors=()):
             return error_envelope(error)
         engine = state.model.engine
         return {"status": "ok", "outstanding_items": len(state.model.outstanding), "requests_in_flight": state.in_flight,
-                "max_batch": engine.max_batch, "max_queue": engine.max_queue}
+                "max_batch": engine.max_batch, "max_queue": engine.max_queue,
+                "voices": state.voices.book.imported_status()}  # imported clips still encoding, in the background
 
     @app.get("/v1/models")
     async def models():
@@ -281,7 +282,7 @@ def create_app(state: ServerState, doors=()):
 
     @app.get("/v1/audio/voices/{vid}")
     async def export_voice_file(vid: str, format: str = "pt"):  # noqa: A002 (the query parameter's name)
-        data = await export_voice(state, vid[:64], format)
+        data = await export_voice(state.voices, state.ready(), vid[:64], format)
         return Response(data, media_type="application/octet-stream",
                         headers={"Content-Disposition": f'attachment; filename="{vid[:64]}.{format}"'})
 
@@ -314,7 +315,7 @@ def create_app(state: ServerState, doors=()):
                                  headers=STREAM_HEADERS)
 
     add_playground(app)
-    return _guard(app, state, next((door for door in doors if hasattr(door, "handles")), None))
+    return _guard(app, state, next((door for door in doors if isinstance(door, MountedDoor)), None))
 
 
 async def _encoded(speaking: Speaking, params: SpeechParams):

@@ -33,8 +33,9 @@ from codes.serve.errors import RequestError, as_request_error
 from codes.serve.params import SpeechParams
 from codes.serve.service import ServerState
 from codes.serve.speech import SentenceStream, past_deadline, settle_sentences
-from codes.serve.voice_uploads import OneOffClip
-from codes.serve.voices import DESIGN_VOICES, UnknownVoice
+from codes.serve.voices.book import DESIGN_VOICES
+from codes.serve.voices.resolver import UnknownVoice
+from codes.serve.voices.uploads import OneOffClip, save_upload
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -147,7 +148,8 @@ class Speaking:
             options["normalize_text"] = True
         if params.ref_audio is not None:
             options["ref_audio_bytes"] = len(params.ref_audio)
-        return SentenceStream(self.model, [], params.settings, params.seed, None, 0, self.received_at,
+        return SentenceStream(model=self.model, requests=[], settings=params.settings, seed=params.seed,
+                              received_at=self.received_at,
                               deadline=self.received_at + config.limits.max_request_seconds,
                               request_id=next(self.state.request_ids), door=self.door, replica=config.replica,
                               closed=False, waiting_for_text=self._release if self.streamed_text else None,
@@ -232,3 +234,14 @@ class Speaking:
             if params.voice in DESIGN_VOICES:
                 raise RequestError(400, str(exc), "instructions") from None
             raise RequestError(400, str(exc), "voice", "voice_unreadable") from None
+
+
+async def save_voice(state: ServerState, read, transcript: str, vid: str, voice_file: bool = False) -> None:
+    """An upload's life, for every door that takes one: admitted as a speech request is (encoding a clip is
+    work on the model: 503, or 429 past --max-concurrent), saved (codes/serve/voices/uploads.py), and its
+    slot freed however that ends."""
+    model = state.admit()
+    try:
+        await save_upload(model, state.voices.book, state.config.limits, read, transcript, vid, voice_file)
+    finally:
+        state.release()

@@ -30,11 +30,11 @@ from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.encode import CONTENT_TYPES, encode_whole
 from codes.serve.errors import RequestError, StreamFailed, as_request_error
 from codes.serve.lifecycle import Speaking
+from codes.serve.lifecycle import save_voice as store_voice  # the tool's own name is save_voice
 from codes.serve.params import parse_speech
 from codes.serve.service import ServerState
-from codes.serve.voice_files import is_voice_file_name
-from codes.serve.voice_uploads import save_voice as store_voice
-from codes.serve.voices import voice_id
+from codes.serve.voices.book import voice_id
+from codes.serve.voices.files import is_voice_file_name
 
 logger = logging.getLogger("omnivoice.serve")
 

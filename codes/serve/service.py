@@ -13,8 +13,8 @@ from codes.runtime.settings import GenerationSettings
 from codes.serve.errors import RequestError, too_busy
 from codes.serve.limits import Limits
 from codes.serve.origins import BrowserRules
-from codes.serve.speech import LoadedModel
-from codes.serve.voices import Voices
+from codes.serve.loaded_model import LoadedModel
+from codes.serve.voices.resolver import Voices
 
 @dataclass
 class ServerConfig:

@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,12 +26,12 @@ import numpy as np
 from codes.common.errors import UserError
 from codes.runtime.decoding import RandomNoise
 from codes.runtime.duration import text_weight
-from codes.runtime.engine import QueueFull, StepEngine, WorkItem, max_item_frames
+from codes.runtime.engine import QueueFull, WorkItem, max_item_frames
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx, Request, Voice
-from codes.serve.encode import FORMATS, encode_whole
 from codes.serve.errors import StreamFailed
+from codes.serve.loaded_model import LoadedModel
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -39,66 +39,18 @@ LOOKAHEAD = 1  # sentences submitted ahead once the current one's codes are done
 QUEUE_RETRY_S = 0.05  # a later sentence that meets a full queue waits for room rather than failing
 
 
-class LoadedModel:
-    """The model, its step engine and the codec's decoding pool, shared by every request."""
-
-    def __init__(self, tts: OmniVoiceOnnx, max_batch: int, max_queue: int):
-        self.tts = tts
-        self.engine = StepEngine(tts, max_batch=max_batch, max_queue=max_queue)
-        # One codec worker: on a small CPU the decoder competes with the steps; it never blocks the loop.
-        self.decode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-codec")
-        self.encode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="omnivoice-encode")  # mp3, opus, ...
-        self.outstanding: set[WorkItem] = set()  # submitted, not yet finished or cancelled
-
-    def start(self) -> None:
-        self.engine.start()
-
-    def stop(self) -> None:
-        self.engine.stop()
-        for pool in (self.decode_pool, self.encode_pool):
-            pool.shutdown(wait=False, cancel_futures=True)
-
-    def warm_up(self) -> None:
-        """Before serving: steps at two sizes (warm sessions, and the engine's cost model), a codec
-        decode and an encode longer than a first chunk, so the first request pays no first-run cost
-        (ONNX Runtime allocates on a session's first runs at a size). Before start()."""
-        short = Request("Hello.", None, None, None, FRAME_RATE, 1.0)
-        longer = Request("Hello there, how are you today?", None, None, None, 4 * FRAME_RATE, 1.0)
-        self.engine.warm_up([[short], [longer, longer]])
-        wav = self.tts.decode([np.zeros((8, 6 * FRAME_RATE), np.int64)], None, GenerationSettings())
-        for fmt in FORMATS:
-            encode_whole(wav, fmt, SAMPLE_RATE)
-
-    def submit(self, request: Request, settings: GenerationSettings, noise, urgent: bool = False,
-               due: float | None = None) -> WorkItem:
-        item = self.engine.submit(request, settings, noise, urgent=urgent, due=due)
-        self.outstanding.add(item)
-        item.future.add_done_callback(lambda _: self.outstanding.discard(item))
-        return item
-
-    def cancel(self, item: WorkItem) -> None:
-        if not item.future.done():
-            self.engine.cancel(item)
-
-    async def codes(self, item: WorkItem) -> np.ndarray:
-        return await asyncio.wrap_future(item.future)
-
-    async def decode(self, codes: np.ndarray, ref_rms, settings: GenerationSettings) -> np.ndarray:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.decode_pool, self.tts.decode, [codes], ref_rms, settings)
-
-
-@dataclass
+@dataclass(kw_only=True)
 class SentenceStream:
     """A request's sentences, their work items, and what its log line reports (codes/serve/lifecycle.py
-    owns when it starts and ends)."""
+    owns when it starts and ends). Made with keywords: eight of its fields would otherwise be told apart
+    by position alone."""
 
     model: LoadedModel
     requests: list[Request]
     settings: GenerationSettings
     seed: int | None
-    ref_rms: float | None
-    chars: int
+    ref_rms: float | None = None  # the voice's loudness, once it is resolved
+    chars: int = 0
     received_at: float = field(default_factory=time.perf_counter)
     items: list[WorkItem | None] = field(default_factory=list)
     first_audio_at: float | None = None

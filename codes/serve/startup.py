@@ -14,11 +14,14 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.runtime.settings import GenerationSettings
+from codes.serve.door import Door
 from codes.serve.limits import MAX_STEPS, Limits, limits_from_args
 from codes.serve.origins import BrowserRules, browser_rules
 from codes.serve.service import ServerConfig, ServerState
-from codes.serve.voice_files import check_folders, import_folders
-from codes.serve.voices import DESIGN_VOICES, PIN_FOLDER, DesignPins, PinSettings, VoiceBook, Voices
+from codes.serve.voices.book import DESIGN_VOICES, VoiceBook
+from codes.serve.voices.files import check_folders, encode_imported, import_folders
+from codes.serve.voices.pins import PIN_FOLDER, DesignPins, PinSettings
+from codes.serve.voices.resolver import Voices
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class ServiceOptions:
     mcp_output_dir: Path | None
     browsers: BrowserRules = BrowserRules()  # --allow-origin, --allow-host
     replica: str | None = None  # NAME/PID of a Ray Serve replica; None for plain serve.py
-    voices_from: tuple[Path, ...] = ()  # wyoming-piper voice folders, only read (codes/serve/voice_files.py)
+    voices_from: tuple[Path, ...] = ()  # wyoming-piper voice folders, only read (codes/serve/voices/files.py)
     normalize_text: bool = False  # --normalize-text: requests that do not say are normalized
 
     def for_replica(self, name: str) -> "ServiceOptions":
@@ -114,9 +117,10 @@ def service_state(options: ServiceOptions) -> ServerState:
 
 
 def load_model(options: ServiceOptions, voices: Voices):
-    """The model loaded, warmed, its engine started and the preloaded design voices pinned (blocking)."""
+    """The model loaded, warmed, its engine started and the preloaded design voices pinned (blocking);
+    the imported clips start encoding in the background."""
     from codes.runtime.synthesis import OmniVoiceOnnx
-    from codes.serve.speech import LoadedModel
+    from codes.serve.loaded_model import LoadedModel
 
     tts = OmniVoiceOnnx(options.model_dir, higgs_dir=options.higgs_dir, provider=options.provider,
                         threads=options.threads)
@@ -133,11 +137,12 @@ def load_model(options: ServiceOptions, voices: Voices):
     except BaseException:
         model.stop()
         raise
+    encode_imported(voices.book.imported, model)
     return model
 
 
 def doors(options: ServiceOptions, state: ServerState, wyoming_uri: str | None = None,
-          wyoming_zeroconf: str | None = None) -> list:
+          wyoming_zeroconf: str | None = None) -> list[Door]:
     """What runs beside the HTTP API: MCP at /mcp always, Wyoming where asked."""
     from codes.serve.mcp import McpDoor
 

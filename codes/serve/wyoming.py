@@ -1,7 +1,8 @@
 """The Wyoming door: Home Assistant's TTS protocol (the `wyoming` package) onto the same service.
 
-- describe -> info: one TTS program whose voices are the design voices and the saved voices, each
-  speaking every language the model knows (as codes), with streaming supported.
+- describe -> info: one TTS program whose voices are the design voices, the imported and the saved
+  voices (languages: see ASSIST_LANGUAGES; an imported voice lists its language folder's), with streaming
+  supported.
 - synthesize -> audio-start (24 kHz, 16-bit, mono), an audio-chunk per piece as each is decoded,
   audio-stop.
 - synthesize-start, synthesize-chunk..., synthesize-stop: each sentence joins the engine as soon as
@@ -78,13 +79,20 @@ def check_uri(uri: str) -> str:
 def info(listing: list[dict]) -> Info:
     """The program and its voices (see ASSIST_LANGUAGES for which voice lists which languages)."""
     voices = [TtsVoice(name=entry["id"], attribution=ATTRIBUTION, installed=True, version=None,
-                       languages=sorted(LANGUAGE_IDS) if entry["id"] == LANGUAGE_VOICE else ASSIST_LANGUAGES,
-                       description=entry.get("instruct") or f"saved voice {entry['id']}")
+                       languages=_languages(entry), description=entry.get("instruct") or f"saved voice {entry['id']}")
               for entry in listing]
     program = TtsProgram(name="omnivoice-onnx", attribution=ATTRIBUTION, installed=True, version=__version__,
                          description="OmniVoice zero-shot TTS on ONNX Runtime", voices=voices,
                          supports_synthesize_streaming=True)
     return Info(tts=[program])
+
+
+def _languages(entry: dict) -> list[str]:
+    """Every language on LANGUAGE_VOICE; an imported voice's own (its wyoming-piper language folder's);
+    else Assist's."""
+    if entry["id"] == LANGUAGE_VOICE:
+        return sorted(LANGUAGE_IDS)
+    return [entry["language"]] if entry.get("language") else ASSIST_LANGUAGES
 
 
 def _fields(voice, text: str | None) -> dict:

@@ -1,5 +1,6 @@
 """The server with voices from other tools: wyoming-piper voice folders imported with --voices-from (only
-read, clips encoded once into our voices folder), upstream's .pt uploaded, dropped in --voices_dir or given
+read, clips encoded once into our voices folder as the server starts, language folders listed by Wyoming's
+describe), upstream's .pt uploaded, dropped in --voices_dir or given
 to MCP's save_voice, and any voice exported as upstream's .pt; spoken over HTTP and Wyoming (the official
 `wyoming` client). Hostile files are refused naming the voice, and nothing in them runs.
 """
@@ -10,6 +11,7 @@ import asyncio
 import hashlib
 import io
 import os
+import time
 
 import httpx
 import numpy as np
@@ -108,11 +110,42 @@ def test_imported_folders_are_listed_by_their_folder_names(server):
     listed = {v["id"]: v for v in http(server, "GET", "/v1/audio/voices").json()["voices"]}
     assert {"kitchen-lady", "cached", "stale", "evil"} <= {vid for vid, v in listed.items() if v["kind"] == "imported"}
     assert listed["designer"] == {"id": "designer", "name": "designer", "kind": "design",
-                                  "instruct": "female, low pitch, british accent"}
-    assert listed["quiet-one"]["instruct"] == "male, elderly, low pitch"
+                                  "instruct": "female, low pitch, british accent", "language": "de_DE"}
+    assert listed["kitchen-lady"] == {"id": "kitchen-lady", "name": "kitchen-lady", "kind": "imported",
+                                      "language": "en_US"}
+    assert listed["quiet-one"] == {"id": "quiet-one", "name": "quiet-one", "kind": "design",
+                                   "instruct": "male, elderly, low pitch"}  # a flat folder names no language
     assert listed["alloy"]["instruct"] != "male"  # the built-in stays
     log = "\n".join(server.log_lines())
     assert "skipping" in log and "'designer' is taken" in log and "built-in voice" in log
+
+
+def test_imported_clips_are_encoded_as_the_server_starts_and_health_says_when(served_build, piper, tmp_path):
+    """Before any request names them, so the first one pays nothing for its clip; /health stays 200 and
+    counts the clips still to encode."""
+    srv = Server(served_build, tmp_path / "voices", tmp_path / "server.log", "--voices-from", str(piper / "first"))
+    try:
+        deadline = time.monotonic() + WAIT
+        while True:
+            health = http(srv, "GET", "/health")
+            assert health.status_code == 200 and health.json()["status"] == "ok", health.text
+            assert {"outstanding_items", "requests_in_flight", "max_batch", "max_queue"} <= set(health.json())
+            if health.json()["voices"]["encoding"] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+
+        def encoded() -> list[str]:
+            return [line for line in srv.log_lines() if "--voices-from: encoded" in line]
+
+        # six voices (alloy is skipped); kitchen-lady, stale and evil are encoded, cached has its ref.rvq,
+        # broken fails (and is refused when named)
+        assert health.json()["voices"] == {"imported": 6, "encoding": 0, "failed": 1}
+        assert len(list((srv.voices_dir / "imported").glob("*.npz"))) == 3 and len(encoded()) == 3
+        assert not srv.request_lines()  # no request asked for them
+        assert speak_http(srv, "kitchen-lady").status_code == 200
+        assert len(encoded()) == 3 and len(srv.request_lines()) == 1  # the request encoded nothing
+    finally:
+        srv.stop()
 
 
 def test_imported_voices_speak_over_http_and_dir_is_never_written(server, piper, served_build, tmp_path):
@@ -176,8 +209,11 @@ def test_wyoming_lists_and_speaks_imported_voices(server):
             return info, spoken
 
     info, spoken = asyncio.run(asyncio.wait_for(talk(), WAIT))
-    names = {voice.name for voice in info.tts[0].voices}
-    assert {"kitchen-lady", "cached", "designer", "quiet-one"} <= names
+    languages = {voice.name: voice.languages for voice in info.tts[0].voices}
+    assert {"kitchen-lady", "cached", "designer", "quiet-one"} <= set(languages)
+    # a voice from <DIR>/<language>/<voice>/ is offered in its folder's language alone, as wyoming-piper does
+    assert languages["kitchen-lady"] == languages["cached"] == ["en_US"] and languages["designer"] == ["de_DE"]
+    assert "en" in languages["quiet-one"] and "de" in languages["quiet-one"]  # no language folder: Assist's
     assert all(len(audio) > RATE // 10 for audio in spoken.values())
 
 

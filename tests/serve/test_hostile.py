@@ -523,8 +523,10 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, 
     from codes.runtime.synthesis import OmniVoiceOnnx
     from codes.serve.app import create_app
     from codes.serve.service import ServerConfig, ServerState
-    from codes.serve.speech import LoadedModel
-    from codes.serve.voices import DesignPins, VoiceBook, Voices
+    from codes.serve.loaded_model import LoadedModel
+    from codes.serve.voices.book import VoiceBook
+    from codes.serve.voices.pins import DesignPins
+    from codes.serve.voices.resolver import Voices
     from helpers.faults import FailingNoise
 
     pins = DesignPins(tmp_path / "voices" / "pinned", read_manifest(served_build).identity())

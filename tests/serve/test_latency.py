@@ -15,7 +15,7 @@ from helpers.serving import Server, free_port, speak
 from codes.runtime.duration import paced_frames
 from codes.runtime.reference import trim_voice
 from codes.runtime.synthesis import Voice
-from codes.serve.voices import PinSettings, canonical_instruct
+from codes.serve.voices.pins import PinSettings, canonical_instruct
 
 
 def pinned_lines(srv: Server, start: int = 0) -> list[str]:

@@ -1,7 +1,8 @@
 """Voices from uploaded clips, for every door that takes one: saved ones (HTTP's POST /v1/audio/voices,
 MCP's save_voice), the name and the count checked before any decoding, the save counted again under the
 folder's lock; and a speech request's one-off clone (`ref_audio`), encoded the same way and never saved.
-A clip's length comes from its header (codes/runtime/audio.py), refused before it is decoded."""
+A clip's length comes from its header (codes/runtime/audio.py read_clip), refused before it is decoded.
+Admission (a slot, like a speech request's) is the caller's: codes/serve/lifecycle.py save_voice."""
 
 from __future__ import annotations
 
@@ -17,17 +18,15 @@ from codes.runtime.synthesis import Voice
 from codes.serve.errors import RequestError
 from codes.serve.limits import Limits, flag
 from codes.serve.params import check_transcript
-from codes.serve.service import ServerState
-from codes.serve.speech import LoadedModel
-from codes.serve.voice_files import read_voice_file
-from codes.serve.voices import PinEngine, TooManyVoices, VoiceExists
+from codes.serve.voices.book import TooManyVoices, VoiceBook, VoiceExists
+from codes.serve.voices.files import read_voice_file
+from codes.serve.voices.pins import PinEngine
 
 logger = logging.getLogger("omnivoice.serve")
 
 
-def read_clip(data: bytes, limits: Limits, param: str = "file") -> tuple[np.ndarray, int]:
-    """An uploaded clip -> (mono float32, rate), its length refused from its header before decoding
-    (codes/runtime/audio.py read_clip), so a small file that unpacks to gigabytes is never unpacked."""
+def _clip_samples(data: bytes, limits: Limits, param: str) -> tuple[np.ndarray, int]:
+    """audio.read_clip under the upload limit, its refusals as the API's 400s."""
     try:
         return audio.read_clip(data, limits.max_ref_seconds_upload)
     except audio.ClipTooLong as exc:
@@ -41,7 +40,7 @@ async def encode_clip(model: PinEngine, data: bytes, transcript: str, limits: Li
                       param: str = "file") -> Voice:
     """A clip's clone prompt: read off the loop, then encoded on the codec's pool (the codec's one worker)."""
     loop = asyncio.get_running_loop()
-    wav, rate = await loop.run_in_executor(None, read_clip, data, limits, param)
+    wav, rate = await loop.run_in_executor(None, _clip_samples, data, limits, param)
     return await loop.run_in_executor(model.decode_pool, model.tts.create_voice, (wav, rate), transcript,
                                       preprocess_prompt)
 
@@ -49,7 +48,7 @@ async def encode_clip(model: PinEngine, data: bytes, transcript: str, limits: Li
 @dataclass(frozen=True)
 class OneOffClip:
     """A speech request's `ref_audio` and `ref_text`: a voice for that request only, never written to
-    --voices_dir (codes/serve/voices.py Voices.resolve encodes it, within the request's slot)."""
+    --voices_dir (codes/serve/voices/resolver.py Voices.resolve encodes it, within the request's slot)."""
 
     data: bytes
     transcript: str
@@ -60,23 +59,13 @@ class OneOffClip:
         return await encode_clip(model, self.data, self.transcript, self.limits, self.preprocess_prompt, "ref_audio")
 
 
-async def save_voice(state: ServerState, read, transcript: str, vid: str, voice_file: bool = False) -> None:
+async def save_upload(model: PinEngine, book: VoiceBook, limits: Limits, read, transcript: str, vid: str,
+                      voice_file: bool = False) -> None:
     """A saved voice from a reference clip (`await read()` gives its bytes, read only once the name
     and the count are known to be free) and its transcript; RequestError for what the limits refuse.
-    Encoding a clip is work on the model, so an upload holds a slot like a speech request (429).
-    `voice_file`: the bytes are a voice file (.pt or .npz: codes/serve/voice_files.py), kept as they are."""
-    model = state.admit()
-    try:
-        await _save(state, model, read, transcript, vid, voice_file)
-    finally:
-        state.release()
-
-
-async def _save(state: ServerState, model: LoadedModel, read, transcript: str, vid: str, voice_file: bool) -> None:
-    limits = state.config.limits
+    `voice_file`: the bytes are a voice file (.pt or .npz: codes/serve/voices/files.py), kept as they are."""
     check_transcript(transcript, limits, "text")
     loop = asyncio.get_running_loop()
-    book = state.voices.book
     if await loop.run_in_executor(None, book.taken, vid):  # before any decoding
         raise _voice_exists(vid)
     if len(await loop.run_in_executor(None, book.saved_ids)) >= limits.max_voices:

@@ -1,4 +1,4 @@
-"""The browser playground: plain files from codes/serve/playground/ at `/`, served by the server itself.
+"""The browser playground: this folder's plain files at `/`, served by the server itself.
 
 The page calls only the public API (/v1/audio/speech, /v1/audio/voices, /v1/audio/models, /v1/audio/languages,
 /v1/audio/defaults), from the
@@ -14,7 +14,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.responses import FileResponse
 
-FOLDER = Path(__file__).with_name("playground")
+FOLDER = Path(__file__).parent
 # The only files served, by name: a path from the request never reaches the disk.
 FILES = {"index.html": "text/html; charset=utf-8", "style.css": "text/css; charset=utf-8",
          "api.js": "text/javascript; charset=utf-8", "player.js": "text/javascript; charset=utf-8",

@@ -7,10 +7,14 @@ or `instruct.txt` to design. It caches the encoded clip beside it as `ref.rvq` (
 ref_audio_tokens, ref_text and ref_rms), made again when the clip is newer. Here DIR is only ever read:
 - a clone's `ref.rvq` that is not older than its clip is used as it is (read without torch, and without
   trusting its pickle: codes/runtime/prompt_file.py);
-- else its clip is encoded once, on first use, and kept in `<voices_dir>/imported/` under the clip's content
-  hash (the transcript and the build in the key too), so a restart, or a copy of the folder, reads it back;
+- else its clip is encoded once, in the background as the server starts (one clip at a time on the codec's
+  pool, so the first request that names it pays nothing and /health counts those still encoding), and kept
+  in `<voices_dir>/imported/` under the clip's content hash (the transcript and the build in the key too),
+  so a restart, or a copy of the folder, reads it back;
 - an `instruct.txt` is a design voice, pinned like the built-in ones.
-A voice's id is its folder's name made an id as an upload's name is (codes/serve/voices.py voice_id); a
+The `<language>` folder (en_US, de_DE: a tag whose language the model knows) is the language Wyoming's
+describe lists for the voices in it, as wyoming-piper lists its voices' languages.
+A voice's id is its folder's name made an id as an upload's name is (codes/serve/voices/book.py voice_id); a
 folder whose id is taken (a built-in voice, a saved one, an earlier folder) is skipped with a warning, as
 wyoming-piper skips a duplicate name. Folders are read at start; restart to pick up changes.
 """
@@ -21,6 +25,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import threading
 from pathlib import Path
 
@@ -31,11 +36,12 @@ from codes.runtime.engine import QueueFull
 from codes.runtime.prompt_file import MAX_FILE_BYTES
 from codes.runtime.specs import FRAME_RATE
 from codes.runtime.synthesis import Voice
-from codes.runtime.voice_design import resolve_instruct
+from codes.runtime.voice_design import LANGUAGE_IDS, resolve_instruct
 from codes.serve.errors import RequestError
 from codes.serve.limits import Limits, flag
-from codes.serve.service import ServerState
-from codes.serve.voices import ImportedVoice, UnknownVoice, VoiceBook, voice_id
+from codes.serve.voices.book import ImportedVoice, VoiceBook, voice_id
+from codes.serve.voices.pins import PinEngine
+from codes.serve.voices.resolver import UnknownVoice, Voices
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -46,6 +52,7 @@ MAX_CLIP_BYTES = 256 << 20
 MAX_CLIP_SECONDS = 600.0
 VOICE_FILE_SUFFIXES = (".pt", ".npz", ".rvq")  # an upload by one of these names is a voice file, not a clip
 EXPORT_FORMATS = ("pt", "npz")  # GET /v1/audio/voices/{id}?format=: upstream's, ours
+_LANGUAGE_TAG = re.compile(r"([A-Za-z]{2,3})(?:[_-][A-Za-z0-9]{2,8})*")  # en, en_US, zh-Hant-TW
 
 
 # --- wyoming-piper's folders -----------------------------------------------------------------------
@@ -67,13 +74,13 @@ def import_folders(folders, book: VoiceBook, build_id: str) -> dict[str, Importe
     found: dict[str, ImportedVoice] = {}
     cache = book.folder / IMPORT_FOLDER
     for root in folders:
-        for folder in _voice_folders(Path(root)):
+        for folder, language in _voice_folders(Path(root)):
             try:
                 vid = voice_id(folder.name)
                 if vid in found or book.saved_path(vid) is not None:
                     raise UserError(f"its id {vid!r} is taken by "
                                     f"{found[vid].source if vid in found else 'a saved voice in --voices_dir'}")
-                found[vid] = _voice(folder, vid, cache, build_id)
+                found[vid] = _voice(folder, vid, cache, build_id, language)
             except UserError as exc:
                 logger.warning("--voices-from: skipping %s: %s", folder, exc)
     if folders:
@@ -82,28 +89,37 @@ def import_folders(folders, book: VoiceBook, build_id: str) -> dict[str, Importe
     return found
 
 
-def _voice_folders(root: Path) -> list[Path]:
-    """<root>/<voice>/ or, as wyoming-piper lays them out, <root>/<language>/<voice>/, in name order."""
+def _voice_folders(root: Path) -> list[tuple[Path, str | None]]:
+    """(folder, language) of <root>/<voice>/ (no language) or, as wyoming-piper lays them out,
+    <root>/<language>/<voice>/, in name order."""
     found = []
     for child in sorted(p for p in root.iterdir() if p.is_dir()):
         if _is_voice(child):
-            found.append(child)
+            found.append((child, None))
         else:
-            found.extend(sorted(p for p in child.iterdir() if p.is_dir() and _is_voice(p)))
+            language = folder_language(child.name)
+            found.extend((p, language) for p in sorted(child.iterdir()) if p.is_dir() and _is_voice(p))
     return found
+
+
+def folder_language(name: str) -> str | None:
+    """A language folder's name as Wyoming lists it (as it is: Home Assistant reads en_US and en-US alike),
+    or None for a name that is no language tag of a language the model knows."""
+    tag = _LANGUAGE_TAG.fullmatch(name)
+    return name if tag and tag.group(1).lower() in LANGUAGE_IDS else None
 
 
 def _is_voice(folder: Path) -> bool:
     return ((folder / CLIP).is_file() and (folder / TRANSCRIPT).is_file()) or (folder / INSTRUCT).is_file()
 
 
-def _voice(folder: Path, vid: str, cache: Path, build_id: str) -> ImportedVoice:
+def _voice(folder: Path, vid: str, cache: Path, build_id: str, language: str | None) -> ImportedVoice:
     if (folder / CLIP).is_file() and (folder / TRANSCRIPT).is_file():  # a clone, as wyoming-piper prefers
         text = _small_text(folder / TRANSCRIPT)
-        return ImportedVoice(vid, folder, clone=_Clone(vid, folder, text, cache, build_id))
+        return ImportedVoice(vid, folder, clone=_Clone(vid, folder, text, cache, build_id), language=language)
     instruct = _small_text(folder / INSTRUCT)
     resolve_instruct(instruct)  # a design the model cannot speak fails here, not in a request
-    return ImportedVoice(vid, folder, instruct=instruct)
+    return ImportedVoice(vid, folder, instruct=instruct, language=language)
 
 
 def _small_text(path: Path) -> str:
@@ -121,26 +137,34 @@ def _small_text(path: Path) -> str:
 
 
 class _Clone:
-    """An imported clone's Voice: its fresh ref.rvq, else its clip encoded once (kept under the clip's hash)."""
+    """An imported clone's Voice: its fresh ref.rvq, else its clip encoded once (kept under the clip's hash).
+    A clip that cannot be used fails once, and every later use with the same message: folders are read at
+    start, so only a restart changes it."""
 
     def __init__(self, vid: str, folder: Path, text: str, cache: Path, build_id: str):
         self.vid, self.folder, self.text, self.cache, self.build_id = vid, folder, text, cache, build_id
         self._voice: Voice | None = None
+        self._failure: UserError | None = None
         self._lock = threading.Lock()
 
     def ready(self) -> Voice | None:
         return self._voice
 
+    def settled(self) -> bool:
+        return self._voice is not None or self._failure is not None
+
     def __call__(self, tts) -> Voice:
         with self._lock:
-            if self._voice is None:
+            if self._voice is None and self._failure is None:
                 try:
                     self._voice = self._cached_codes() or self._encoded(tts)
                 except (OSError, UserError) as exc:  # the request names the voice, the log its folder
                     logger.warning("--voices-from: %s: %s", self.folder, exc)
                     problem = exc.strerror if isinstance(exc, OSError) else str(exc)
-                    raise UserError(f"imported voice {self.vid!r} cannot be used ({problem}); fix its folder "
-                                    "and restart the server") from None
+                    self._failure = UserError(f"imported voice {self.vid!r} cannot be used ({problem}); fix its "
+                                              "folder and restart the server")
+            if self._failure is not None:
+                raise self._failure
             return self._voice
 
     def _cached_codes(self) -> Voice | None:
@@ -187,6 +211,32 @@ class _Clone:
         return voice
 
 
+def encode_imported(imported: dict[str, ImportedVoice], model: PinEngine) -> None:
+    """Every imported clone made ready in the background, as the server starts: one at a time on the
+    codec's pool (its one worker), each queued when the one before is done, so a request's decode waits
+    behind one clip at most. A clip that fails is logged here and refused when a request names it."""
+    clones = [(vid, voice.clone) for vid, voice in imported.items() if voice.clone is not None]
+
+    def prepare(index: int) -> None:
+        vid, clone = clones[index]
+        try:
+            clone(model.tts)
+        except UserError:  # logged with its folder; a request that names it is refused
+            pass
+        except Exception:  # the codec failed: the next request that names it tries again
+            logger.exception("--voices-from: encoding %r failed", vid)
+
+    def queue(index: int) -> None:
+        if index < len(clones):
+            try:
+                done = model.decode_pool.submit(prepare, index)
+            except RuntimeError:  # the pool is shut down: the server is stopping
+                return
+            done.add_done_callback(lambda _: queue(index + 1))
+
+    queue(0)
+
+
 # --- uploads and exports ---------------------------------------------------------------------------
 
 def is_voice_file_name(filename) -> bool:
@@ -216,14 +266,13 @@ def read_voice_file(data: bytes, vid: str, limits: Limits) -> Voice:
     return voice
 
 
-async def export_voice(state: ServerState, vid: str, kind: str) -> bytes:
+async def export_voice(voices: Voices, model: PinEngine, vid: str, kind: str) -> bytes:
     """Any voice's file: upstream's .pt (VoiceClonePrompt.load reads it) or our .npz. A design voice
     exports its pin (pinned now if it is not yet); 404 an unknown voice, 400 an unknown format."""
     if kind not in EXPORT_FORMATS:
         raise RequestError(400, f"format must be one of {', '.join(EXPORT_FORMATS)}, got {kind[:20]!r}", "format")
-    model = state.ready()
     try:
-        voice = await state.voices.whole(model, vid)
+        voice = await voices.whole(model, vid)
     except UnknownVoice as exc:
         raise RequestError(404, str(exc), "voice", "voice_not_found") from None
     except QueueFull:  # pinning a design voice found the queue full: a 429, as for speech
