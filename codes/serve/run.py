@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from codes.serve.app import create_app
+    from codes.serve.connections import bounded_http, fit_descriptors
     from codes.serve.draining import DrainingServer
     from codes.serve.startup import doors, load_model, pins_summary, service_options, service_state
 
@@ -35,9 +36,11 @@ def run(args: argparse.Namespace) -> int:
     state = service_state(options)
     if args.mcp_stdio:
         return _mcp_stdio(options, state)
+    fit_descriptors(options.limits, wyoming=bool(args.wyoming_uri))
     app = create_app(state, doors(options, state, args.wyoming_uri, args.wyoming_zeroconf))
     server = DrainingServer(state, uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                                   timeout_graceful_shutdown=options.limits.drain_seconds))
+                                                   timeout_graceful_shutdown=options.limits.drain_seconds,
+                                                   **bounded_http(options.limits)))
     failure: list[BaseException] = []
 
     def load():
