@@ -24,7 +24,7 @@ import soundfile
 
 import clips
 from conftest import ROOT, last_error_line
-from serving import FAST, Server, free_port, speak
+from serving import FAST, Server, free_port, signal_at_stage, speak
 
 BODY_SECONDS, WRITE_SECONDS, HEADER_SECONDS, MAX_CONNECTIONS, MAX_HEADER_BYTES = 5, 3, 4, 40, 16384
 LIMITS = ("--max-body-bytes", "200000", "--max-upload-bytes", "2000000", "--max-instructions-chars", "200",
@@ -663,6 +663,28 @@ def test_sigterm_lets_a_running_stream_finish_then_the_server_exits(served_build
     finally:
         if srv.proc.poll() is None:
             srv.stop()
+
+
+DRAIN_SECONDS = 5
+
+
+@pytest.mark.parametrize("stage, sig", [
+    ("starting: loading the model", signal.SIGINT),
+    ("starting: warming up", signal.SIGTERM),
+    ("starting: pinning", signal.SIGINT),
+    ("ready: ", signal.SIGINT),
+])
+def test_a_signal_at_any_stage_of_the_start_ends_serve_py(served_build, tmp_path, stage, sig):
+    """Ctrl-C and SIGTERM end plain serve.py whenever they come, within --drain-seconds, and no ready line follows
+    them (the model's thread, still loading, is left to the process's end)."""
+    status, seconds, log = signal_at_stage(["--model_dir", served_build, "--port", free_port(), "--voices_dir",
+                                            tmp_path / "voices", "--preload-voices", "all", "--drain-seconds",
+                                            DRAIN_SECONDS], tmp_path / "server.log", stage, sig, wait=60)
+    # Ctrl-C ends as KeyboardInterrupt does (130); SIGTERM, re-raised by uvicorn once drained, as the signal does
+    assert status == (130 if sig == signal.SIGINT else -signal.SIGTERM), log[-2000:]
+    assert seconds < DRAIN_SECONDS + 10 and "Traceback" not in log, log[-2000:]
+    after = log.partition("shutting down")[2]
+    assert "ready: " not in after, log[-2000:]
 
 
 def _draining(srv: Server, wait: float = 60) -> bool:

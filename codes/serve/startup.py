@@ -8,7 +8,9 @@ where the server runs (serve.py's process, or each replica's).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -19,6 +21,8 @@ from codes.serve.origins import BrowserRules, browser_rules
 from codes.serve.service import ServerConfig, ServerState
 from codes.serve.voice_files import check_folders, import_folders
 from codes.serve.voices import DESIGN_VOICES, PIN_FOLDER, DesignPins, PinSettings, VoiceBook, Voices
+
+logger = logging.getLogger("omnivoice.serve")
 
 
 @dataclass(frozen=True)
@@ -113,11 +117,20 @@ def service_state(options: ServiceOptions) -> ServerState:
     return ServerState(config, voices)
 
 
-def load_model(options: ServiceOptions, voices: Voices):
-    """The model loaded, warmed, its engine started and the preloaded design voices pinned (blocking)."""
+class LoadStopped(Exception):
+    """The start was asked to stop (a signal) before the model was ready."""
+
+
+def load_model(options: ServiceOptions, voices: Voices, stop: threading.Event | None = None, made=None):
+    """The model loaded, warmed, its engine started and the preloaded design voices pinned (blocking). Each stage
+    logs a "starting:" line (a signal's tests wait for them). `stop`, once set, ends it between stages
+    (LoadStopped); `made(model)` hears of the model as soon as it exists, so that whoever sets `stop` can stop
+    its engine too, which ends a pinning in progress."""
     from codes.runtime.synthesis import OmniVoiceOnnx
     from codes.serve.speech import LoadedModel
 
+    stop = stop or threading.Event()
+    logger.info("starting: loading the model from %s", options.model_dir)
     tts = OmniVoiceOnnx(options.model_dir, higgs_dir=options.higgs_dir, provider=options.provider,
                         threads=options.threads)
     tts.codec.load_decoder()
@@ -126,14 +139,26 @@ def load_model(options: ServiceOptions, voices: Voices):
 
         check_available()
     model = LoadedModel(tts, options.max_batch, options.max_queue)
-    model.warm_up()
-    model.start()
+    if made is not None:
+        made(model)
     try:
-        voices.preload(model, list(options.preload))
+        _go_on(stop)
+        logger.info("starting: warming up")
+        model.warm_up()
+        _go_on(stop)
+        model.start()
+        if options.preload:
+            logger.info("starting: pinning %d design voice(s)", len(options.preload))
+            voices.preload(model, list(options.preload))
     except BaseException:
         model.stop()
         raise
     return model
+
+
+def _go_on(stop: threading.Event) -> None:
+    if stop.is_set():
+        raise LoadStopped
 
 
 def doors(options: ServiceOptions, state: ServerState, wyoming_uri: str | None = None,
