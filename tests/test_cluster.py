@@ -486,15 +486,41 @@ def test_a_run_that_started_serve_shuts_it_down_when_no_other_app_is_left(shared
     assert ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
     srv.proc.send_signal(signal.SIGINT)
     assert srv.proc.wait(timeout=120) == 0, "\n".join(srv.log_lines()[-20:])
+    _wait_for("Serve's controller to stop", _serve_gone, timeout=60)
 
-    def serve_gone() -> bool:
+
+def _serve_gone() -> bool:
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    try:
+        ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    except ValueError:
+        return True
+    return False
+
+
+def test_a_signal_once_health_answers_but_before_ready_ends_the_run(shared, tmp_path):
+    """The ready wait's window: one replica answers /health through the proxy while the other cannot start (each
+    asks for both of the head's two CPUs), so the run waits for it, without end; Ctrl-C there ends the run, its
+    application and the Serve it started, within --drain-seconds."""
+    from serving import free_port, signal_at_stage
+
+    port = free_port()  # Serve is not running (the test before stopped it): this run starts it here
+
+    def one_replica_answers() -> bool:
         try:
-            ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
-        except ValueError:
-            return True
-        return False
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
 
-    _wait_for("Serve's controller to stop", serve_gone, timeout=60)
+    status, seconds, log = signal_at_stage(
+        ["--model_dir", shared.build, "--ray", "--address", shared.address, "--replicas", "2", "--threads", "2",
+         "--port", port, "--voices_dir", shared.folder / "voices", "--drain-seconds", "5"], tmp_path / "window.log",
+        one_replica_answers, signal.SIGINT, env=NO_AUTH, wait=90)
+    assert status == 130 and "ready: " not in log and "Traceback" not in log, log[-2000:]
+    assert seconds < 60, seconds  # --drain-seconds for the replica that runs, then Ray's own teardown
+    _wait_for("Serve's controller to stop", _serve_gone, timeout=60)
 
 
 def _processes_naming(folder: str) -> list[int]:
@@ -518,32 +544,16 @@ def _processes_naming(folder: str) -> list[int]:
 def test_a_signal_at_any_stage_of_the_start_ends_the_run_and_its_ray(served_build, tmp_path, stage, sig):
     """Ctrl-C and SIGTERM end serve.py --ray whenever they come, with every Ray process it started gone."""
     import shutil
-    import subprocess
-    import sys
     import tempfile
 
-    from conftest import ROOT
-    from serving import free_port
+    from serving import free_port, signal_at_stage
 
     ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths live under it
-    log_path = tmp_path / "server.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "serve.py"), "--model_dir", str(served_build), "--ray",
-                                 "--replicas", "1", "--threads", "1", "--port", str(free_port()), "--voices_dir",
-                                 str(tmp_path / "voices"), "--drain-seconds", "5"],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, "RAY_TMPDIR": ray_tmp})
-        try:
-            deadline = time.monotonic() + WAIT_S
-            while stage not in log_path.read_text() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert stage in log_path.read_text(), log_path.read_text()[-2000:]
-            proc.send_signal(sig)
-            # 130 when the start was cut short; 0 when the replica was quicker and the run was serving already
-            assert proc.wait(timeout=60) in (0, 130), log_path.read_text()[-2000:]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    status, _, log = signal_at_stage(["--model_dir", served_build, "--ray", "--replicas", "1", "--threads", "1",
+                                      "--port", free_port(), "--voices_dir", tmp_path / "voices", "--drain-seconds", "5"],
+                                     tmp_path / "server.log", stage, sig, env={"RAY_TMPDIR": ray_tmp})
+    # 130 when the start was cut short; 0 when the replica was quicker and the run was serving already
+    assert status in (0, 130), log[-2000:]
     deadline = time.monotonic() + 30
     while _processes_naming(ray_tmp) and time.monotonic() < deadline:
         time.sleep(0.25)
