@@ -268,6 +268,24 @@ def test_headers_past_max_header_bytes_are_431(server):
     still_serving(server)
 
 
+def test_an_oversized_pipelined_head_never_cuts_into_the_answer_before_it(server):
+    """A second request's head, past --max-header-bytes, sent while the first is being answered: the first answer
+    ends whole, nothing is written into it, and the connection then closes."""
+    body = json.dumps({"model": "omnivoice", "voice": "alloy", "input": MANY_SENTENCES[:300], **FAST,
+                       "response_format": "pcm"}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body) + b"GET /health HTTP/1.1\r\nX-Long: ")
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 "), first[:200]  # the first answer has begun
+        for _ in range(2 * MAX_HEADER_BYTES // 4096):
+            sock.sendall(b"a" * 4096)
+        (rest,) = answers([sock], wait=60).values()
+    answer = first + rest
+    assert answer.endswith(b"\r\n0\r\n\r\n") and answer.count(b"HTTP/1.1 ") == 1, answer[-200:]
+    still_serving(server)
+
+
 def test_bytes_that_are_not_http_are_a_400_in_the_envelope(server):
     with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
         sock.sendall(b"\x16\x03\x01\x02\x00 a TLS hello sent to a plain HTTP port\r\n\r\n")

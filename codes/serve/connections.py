@@ -106,7 +106,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.in_head:  # bytes of a head that began in an earlier read: a head passes the cap by one read at most
             self.head_bytes += len(data)
         super().data_received(data)
-        if self.in_head and self.head_bytes > self.bounds.limits.max_header_bytes and not self.transport.is_closing():
+        if self.in_head and self.head_bytes > self.bounds.limits.max_header_bytes and not self.answered:
             self._answer(431, f"the request's line and headers are over {self.bounds.limits.max_header_bytes} "
                               f"bytes; send less, or start the server with a larger {flag('max_header_bytes')}",
                          "headers_too_large")
@@ -163,7 +163,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         at once (the client sees the answer and the end), the rest once the client has stopped sending or after
         LINGER_SECONDS, so what it still sends cannot reset the connection before the answer is read."""
         self._stop_waiting()
-        self.answered = True
+        self.answered = True  # what the client sends from now on is dropped
+        if self.cycle is not None and not self.cycle.response_complete:  # a pipelined head, while a request is
+            self.cycle.keep_alive = False  # answered: nothing may go into the middle of that answer; it closes after
+            return
         body = envelope(status, message, code=code, kind=kind).body
         head = [STATUS_LINE[status]]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
@@ -183,17 +186,16 @@ def bounded_http(limits: Limits) -> dict:
             "timeout_keep_alive": limits.keep_alive_seconds}
 
 
-def fit_descriptors(limits: Limits, wyoming: bool = False) -> int:
-    """The process's file-descriptor limit, raised to what the limits need where the hard limit allows
-    (UserError where it does not). Returns the soft limit now in force."""
+def fit_descriptors(limits: Limits, wyoming: bool = False) -> None:
+    """Raise the process's file-descriptor limit to what the limits need, where its hard limit allows (UserError
+    where it does not)."""
     needed = limits.max_connections + RESERVED_DESCRIPTORS + (limits.wyoming_max_connections if wyoming else 0)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
-        return soft
+        return
     if hard != resource.RLIM_INFINITY and hard < needed:
         most = hard - (needed - limits.max_connections)
         lower = f"lower {flag('max_connections')} to {most} or " if most >= 1 else ""
         raise UserError(f"{flag('max_connections')} {limits.max_connections} needs {needed} file descriptors and "
                         f"this process may open {hard} (ulimit -Hn): {lower}raise the limit")
     resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
-    return needed
