@@ -102,6 +102,14 @@ def pcm_samples(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype="<i2")
 
 
+def whole_response(data: bytes) -> bool:
+    """An HTTP/1.1 answer's headers and as much body as its Content-Length says are all in `data`."""
+    head, found, body = data.partition(b"\r\n\r\n")
+    if not found:
+        return False
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    return len(body) >= length
 
 
 STAGE_WAIT_S = 180  # the most a start is waited for to reach a stage (a local Ray and a model on two busy cores)

@@ -22,16 +22,18 @@ import pytest
 import ray.serve  # noqa: F401  (the serving environment has it: a missing Ray Serve fails here, never skips)
 
 from conftest import last_error_line, run_script
-from serving import FAST, TWO_SENTENCES, Server, pcm_samples
+from serving import FAST, TWO_SENTENCES, Server, pcm_samples, whole_response
 
 HEADER = "x-omnivoice-replica"
+KEEP_ALIVE_SECONDS = 2  # Ray's proxy keeps an idle connection 90 s unless told
 LONG = " ".join(f"Sentence {i} of a request that is still being spoken when its replica dies." for i in range(4))
 
 
 @pytest.fixture(scope="module")
 def cluster(served_build, tmp_path_factory):
     folder = tmp_path_factory.mktemp("cluster")
-    srv = Server(served_build, folder / "voices", folder / "server.log", "--ray", "--replicas", "2", "--threads", "1")
+    srv = Server(served_build, folder / "voices", folder / "server.log", "--ray", "--replicas", "2", "--threads", "1",
+                 "--keep-alive-seconds", str(KEEP_ALIVE_SECONDS))
     srv.tree = _descendants(srv.proc.pid)  # Ray's processes, started by serve.py
     yield srv
     if srv.proc.poll() is None:  # a test failed before the last one stopped it: stop it the same way
@@ -112,6 +114,23 @@ def test_eight_concurrent_openai_requests_all_succeed_spread_over_both_replicas(
             break
         time.sleep(0.5)
     assert replicas <= logged, logged
+
+
+def test_rays_proxy_closes_an_idle_connection_after_keep_alive_seconds(cluster):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", cluster.port), timeout=60) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answer = b""
+        while not whole_response(answer):
+            got = sock.recv(4096)
+            assert got, answer
+            answer += got
+        answered = time.monotonic()
+        assert answer.startswith(b"HTTP/1.1 200 ")
+        sock.settimeout(60)
+        assert sock.recv(4096) == b""  # closed by the proxy, the connection idle since its answer
+    assert time.monotonic() - answered < KEEP_ALIVE_SECONDS + 10
 
 
 def test_a_streamed_answer_streams_through_rays_proxy(cluster):

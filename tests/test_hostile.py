@@ -24,7 +24,7 @@ import soundfile
 
 import clips
 from conftest import ROOT, last_error_line
-from serving import FAST, Server, free_port, signal_at_stage, speak
+from serving import FAST, Server, free_port, signal_at_stage, speak, whole_response
 
 BODY_SECONDS, WRITE_SECONDS, HEADER_SECONDS, MAX_CONNECTIONS, MAX_HEADER_BYTES = 5, 3, 4, 40, 16384
 LIMITS = ("--max-body-bytes", "200000", "--max-upload-bytes", "2000000", "--max-instructions-chars", "200",
@@ -105,16 +105,6 @@ def test_a_body_past_the_limit_is_413_by_its_length_or_as_it_arrives(server):
                           headers={"content-type": "application/json"}, timeout=60)
     assert response.status_code == 413 and "--max-body-bytes" in error_of(response)["message"]
     assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
-
-
-def whole_response(data: bytes) -> bool:
-    """An HTTP/1.1 answer's headers and as much body as its Content-Length says are all in `data`."""
-    head, found, body = data.partition(b"\r\n\r\n")
-    if not found:
-        return False
-    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    return len(body) >= length
 
 
 def test_a_body_that_arrives_too_slowly_is_408_and_holds_no_slot(server):
