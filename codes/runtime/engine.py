@@ -160,7 +160,7 @@ class StepEngine:
         if due is not None:  # made alone, it takes its steps at its own size
             item.start_by = due - settings.num_steps * self.cost.seconds(step_tokens([item]))
         with self._wake:
-            if self.dead:
+            if self.dead or self._stopping:  # stopped: nothing submitted now would be decoded
                 raise EngineDown("the decoding engine has stopped")
             if len(self._items) >= self.max_queue:
                 raise QueueFull(f"the server is busy ({self.max_queue} items queued or running); retry shortly")

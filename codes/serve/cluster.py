@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -35,6 +36,7 @@ from dataclasses import dataclass, replace
 from codes.common.errors import UserError
 from codes.common.ray_start import ROOT, ray_cause, start_ray
 from codes.serve.proxy_errors import IMPORT_PATH as PROXY_ERRORS
+from codes.serve.limits import Limits
 from codes.serve.proxy_errors import ROUTE_ENV
 from codes.serve.startup import ServiceOptions, service_options, voice_book
 
@@ -182,7 +184,7 @@ def serve_on_ray(args: argparse.Namespace) -> int:
         logger.info("starting: Ray at %s", args.address or "a local Ray on this machine's cores")
         start_ray(args.address, log_to_driver=True, **({} if args.address else {"num_cpus": os.cpu_count()}))
         signals.checkpoint()
-        started_serve, port = _start_serve(serve, args.host, args.port, plan.route_prefix)
+        started_serve, port = _start_serve(serve, args.host, args.port, plan.route_prefix, options.limits)
         deployed = False
         try:
             signals.checkpoint()
@@ -265,9 +267,9 @@ def _check_fits_locally(plan: Scaling) -> None:
                         "with --address")
 
 
-def _start_serve(serve, host: str, port: int, route_prefix: str) -> tuple[bool, int]:
+def _start_serve(serve, host: str, port: int, route_prefix: str, limits: Limits) -> tuple[bool, int]:
     """Serve's controller and HTTP proxy on host:port: (whether this command started Serve, the proxy's port).
-    Serve already running on the cluster keeps its own proxy and port."""
+    Serve already running on the cluster keeps its own proxy, port and settings."""
     from ray.serve.context import _get_global_client
     from ray.serve.exceptions import RayServeException
 
@@ -281,17 +283,21 @@ def _start_serve(serve, host: str, port: int, route_prefix: str) -> tuple[bool, 
             logger.info("Ray Serve already runs on this cluster with its proxy on port %d: serving there, "
                         "not on --port %d", there, port)
         # Ray takes a deployment's queue-full status and Retry-After, never its body; the proxy's middleware
-        # is fixed when Serve starts.
-        logger.info("note: Ray Serve was already running; unless serve.py --ray started it, its proxy's own "
-                    "answers (429 when its queue is full, 503, 408) are Ray's plain text, not OpenAI's error "
-                    "envelope (docs/ray.md)")
+        # and HTTP settings are fixed when Serve starts (docs/DESIGN.md §replicas).
+        logger.info("note: Ray Serve was already running; unless its proxies load codes/serve/proxy_errors.py "
+                    "(a serve.py --ray that started Serve has them do so), their own answers (429 when its queue "
+                    "is full, 503, 408) are Ray's plain text, not OpenAI's error envelope, and they keep their own "
+                    "keep-alive (docs/ray.md)")
         return False, there
     # The proxy (started by the controller, whose environment it inherits) answers its own errors in
     # OpenAI's envelope, for paths under our route only; on a cluster it imports them from this
     # checkout's path on its node.
     env = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": PROXY_ERRORS, "PYTHONPATH": str(ROOT),
            ROUTE_ENV: route_prefix}
-    serve.start(http_options={"host": host, "port": port}, controller_options={"runtime_env": {"env_vars": env}},
+    # Ray's proxy builds its own uvicorn server: of our HTTP bounds its HTTPOptions take only the keep-alive
+    # (docs/DESIGN.md §http-bounds).
+    http = {"host": host, "port": port, "keep_alive_timeout_s": math.ceil(limits.keep_alive_seconds)}
+    serve.start(http_options=http, controller_options={"runtime_env": {"env_vars": env}},
                 logging_config={"log_level": "WARNING", "enable_access_log": False})  # the replicas' own lines say more
     return True, port
 

@@ -30,6 +30,10 @@ class Limits:
     body_seconds: float = 30.0  # for a request's whole body to arrive (408)
     write_seconds: float = 30.0  # an HTTP client that reads none of its response for this long is let go
     drain_seconds: float = 30.0  # on SIGTERM, how long running requests may take to finish
+    max_connections: int = 1000  # open HTTP connections (codes/serve/connections.py): file descriptors stay bounded
+    header_seconds: float = 10.0  # for a request's headers to arrive, from its connection or its previous answer (408)
+    max_header_bytes: int = 64 << 10  # a request's line and headers (431)
+    keep_alive_seconds: float = 5.0  # an HTTP connection idle between requests is closed (uvicorn's default)
     wyoming_max_connections: int = 16  # open Wyoming connections (the next gets an error event and is closed)
     wyoming_idle_seconds: float = 30.0  # a Wyoming client that sends nothing while nothing is spoken is closed
     wyoming_write_seconds: float = 30.0  # a Wyoming client that reads no audio for this long is closed
@@ -52,6 +56,12 @@ HELP = {
     "write_seconds": "seconds an HTTP client may leave its response unread before it is let go, which frees "
                      "its slot",
     "drain_seconds": "on SIGTERM, seconds running requests may take to finish before they are ended",
+    "max_connections": "open HTTP connections; past it the one waiting longest for a request's headers is closed "
+                       "(503 when every one is in a request); kept below the file-descriptor limit",
+    "header_seconds": "seconds a request's line and headers may take to arrive (408 beyond); a connection that "
+                      "sends nothing is closed",
+    "max_header_bytes": "largest request line and headers, in bytes (431 beyond)",
+    "keep_alive_seconds": "seconds an HTTP connection may stay idle between requests before it is closed",
     "wyoming_max_connections": "open Wyoming connections at once (the next gets an error event and is closed)",
     "wyoming_idle_seconds": "seconds a Wyoming client may send nothing while none of its audio is being made "
                             "(a synthesize-start and then silence included); it is then closed",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from codes.serve.app import create_app
+    from codes.serve.connections import bounded_http, fit_descriptors
     from codes.serve.draining import DrainingServer
     from codes.serve.startup import doors, load_model, pins_summary, service_options, service_state
 
@@ -35,33 +37,61 @@ def run(args: argparse.Namespace) -> int:
     state = service_state(options)
     if args.mcp_stdio:
         return _mcp_stdio(options, state)
+    fit_descriptors(options.limits, wyoming=bool(args.wyoming_uri))
     app = create_app(state, doors(options, state, args.wyoming_uri, args.wyoming_zeroconf))
     server = DrainingServer(state, uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                                   timeout_graceful_shutdown=options.limits.drain_seconds))
+                                                   timeout_graceful_shutdown=options.limits.drain_seconds,
+                                                   **bounded_http(options.limits)))
     failure: list[BaseException] = []
+    stop, made = threading.Event(), []  # made: the model, as soon as it exists
 
     def load():
         start = time.perf_counter()
         try:
-            model = load_model(options, state.voices)
+            model = load_model(options, state.voices, stop, made.append)
         except BaseException as exc:  # reported by the main thread, which stops the server
-            failure.append(exc)
-            server.should_exit = True
+            if not stop.is_set():
+                failure.append(exc)
+                server.should_exit = True
             return
-        state.model = model
         while not server.started and not server.should_exit:
             time.sleep(0.05)
+        if server.should_exit or stop.is_set():  # a signal came while it loaded: the run is ending
+            return
+        state.model = model
         wyoming = f", wyoming: {args.wyoming_uri}" if args.wyoming_uri else ""
         print(f"ready: http://{args.host}:{args.port} (mcp: /mcp{wyoming}; {options.model_dir.name}, loaded in "
               f"{time.perf_counter() - start:.1f} s; {pins_summary(state)})", flush=True)
 
-    threading.Thread(target=load, name="omnivoice-load", daemon=True).start()
-    server.run()
-    if state.model is not None:
-        state.model.stop()
+    loader = threading.Thread(target=load, name="omnivoice-load", daemon=True)
+    loader.start()
+    interrupted = False
+    try:
+        server.run()  # on Ctrl-C, uvicorn drains and then raises KeyboardInterrupt here
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        _stop_loading(loader, stop, made, options.limits.drain_seconds, 130 if interrupted else 1)
     if failure:
         raise failure[0]
     return 0 if server.started else 1
+
+
+def _stop_loading(loader: threading.Thread, stop: threading.Event, made: list, seconds: float, status: int) -> None:
+    """Stop the model, and a load still going on: it ends between its stages, or at once when pinning (its engine
+    stops). One still inside a stage (ONNX Runtime making sessions, warming up) after `seconds` is not waited for:
+    the process ends at once, since the interpreter's own end would free the sessions under that call."""
+    stop.set()
+    for model in made:
+        model.stop()
+    loader.join(timeout=seconds)
+    if loader.is_alive():
+        logging.getLogger("omnivoice.serve").warning("the model was still loading %g s after the signal; ending "
+                                                     "without waiting for it", seconds)
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(status)
 
 
 def _check_door_flags(args) -> None:

@@ -8,7 +8,9 @@ where the server runs (serve.py's process, or each replica's).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from codes.serve.voices.book import DESIGN_VOICES, VoiceBook
 from codes.serve.voices.files import check_folders, encode_imported, import_folders
 from codes.serve.voices.pins import PIN_FOLDER, DesignPins, PinSettings
 from codes.serve.voices.resolver import Voices
+
+logger = logging.getLogger("omnivoice.serve")
 
 
 @dataclass(frozen=True)
@@ -116,12 +120,20 @@ def service_state(options: ServiceOptions) -> ServerState:
     return ServerState(config, voices)
 
 
-def load_model(options: ServiceOptions, voices: Voices):
-    """The model loaded, warmed, its engine started and the preloaded design voices pinned (blocking);
-    the imported clips start encoding in the background."""
+class LoadStopped(Exception):
+    """The start was asked to stop (a signal) before the model was ready."""
+
+
+def load_model(options: ServiceOptions, voices: Voices, stop: threading.Event | None = None, made=None):
+    """The model loaded, warmed, its engine started and the preloaded design voices pinned (blocking); the imported
+    clips start encoding in the background. Each stage logs a "starting:" line (a signal's tests wait for them).
+    `stop`, once set, ends it between stages (LoadStopped); `made(model)` hears of the model as soon as it exists,
+    so that whoever sets `stop` can stop its engine too, which ends a pinning in progress."""
     from codes.runtime.synthesis import OmniVoiceOnnx
     from codes.serve.loaded_model import LoadedModel
 
+    stop = stop or threading.Event()
+    logger.info("starting: loading the model from %s", options.model_dir)
     tts = OmniVoiceOnnx(options.model_dir, higgs_dir=options.higgs_dir, provider=options.provider,
                         threads=options.threads)
     tts.codec.load_decoder()
@@ -130,15 +142,27 @@ def load_model(options: ServiceOptions, voices: Voices):
 
         check_available()
     model = LoadedModel(tts, options.max_batch, options.max_queue)
-    model.warm_up()
-    model.start()
+    if made is not None:
+        made(model)
     try:
-        voices.preload(model, list(options.preload))
+        _go_on(stop)
+        logger.info("starting: warming up")
+        model.warm_up()
+        _go_on(stop)
+        model.start()
+        if options.preload:
+            logger.info("starting: pinning %d design voice(s)", len(options.preload))
+            voices.preload(model, list(options.preload))
     except BaseException:
         model.stop()
         raise
     encode_imported(voices.book.imported, model)
     return model
+
+
+def _go_on(stop: threading.Event) -> None:
+    if stop.is_set():
+        raise LoadStopped
 
 
 def doors(options: ServiceOptions, state: ServerState, wyoming_uri: str | None = None,

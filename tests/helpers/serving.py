@@ -102,3 +102,41 @@ def pcm_samples(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype="<i2")
 
 
+def whole_response(data: bytes) -> bool:
+    """An HTTP/1.1 answer's headers and as much body as its Content-Length says are all in `data`."""
+    head, found, body = data.partition(b"\r\n\r\n")
+    if not found:
+        return False
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    return len(body) >= length
+
+
+STAGE_WAIT_S = 180  # the most a start is waited for to reach a stage (a local Ray and a model on two busy cores)
+
+
+def signal_at_stage(args: list, log_path: Path, stage, sig: int, env: dict | None = None,
+                    wait: float = 60) -> tuple[int, float, str]:
+    """serve.py with `args`, sent `sig` once it reaches `stage` (a string its output shows, or a check that turns
+    true): (its exit status, seconds from the signal to its end, its output). It must end within `wait` s."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "serve.py"), *map(str, args)], cwd=ROOT, stdout=log,
+                                stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        reached = stage if callable(stage) else (lambda: stage in log_path.read_text())
+        try:
+            deadline = time.monotonic() + STAGE_WAIT_S
+            while not reached() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert reached(), log_path.read_text()[-2000:]
+            proc.send_signal(sig)
+            sent = time.monotonic()
+            try:
+                status = proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"serve.py still ran {wait:g} s after the signal:\n"
+                                     f"{log_path.read_text()[-2000:]}") from None
+            return status, time.monotonic() - sent, log_path.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

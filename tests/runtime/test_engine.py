@@ -206,3 +206,14 @@ def test_a_dead_engine_thread_fails_every_waiting_item_and_refuses_more(tts):
     assert engine.dead and isinstance(engine.failure, SystemExit)
     with pytest.raises(EngineDown):
         submit(engine, tts, *TEXTS[2], seed=0)
+
+
+def test_a_stopped_engine_refuses_new_work(tts):
+    """Stopped (a server ending), nothing would decode what comes after: it is refused, never left waiting."""
+    from codes.runtime.engine import EngineDown
+
+    engine = StepEngine(tts, max_batch=8)
+    engine.start()
+    engine.stop()
+    with pytest.raises(EngineDown, match="stopped"):
+        submit(engine, tts, *TEXTS[0], seed=1)

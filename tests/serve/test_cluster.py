@@ -22,16 +22,18 @@ import pytest
 import ray.serve  # noqa: F401  (the serving environment has it: a missing Ray Serve fails here, never skips)
 
 from helpers.scripts import last_error_line, run_script
-from helpers.serving import FAST, TWO_SENTENCES, Server, pcm_samples
+from helpers.serving import FAST, TWO_SENTENCES, Server, pcm_samples, whole_response
 
 HEADER = "x-omnivoice-replica"
+KEEP_ALIVE_SECONDS = 2  # Ray's proxy keeps an idle connection 90 s unless told
 LONG = " ".join(f"Sentence {i} of a request that is still being spoken when its replica dies." for i in range(4))
 
 
 @pytest.fixture(scope="module")
 def cluster(served_build, tmp_path_factory):
     folder = tmp_path_factory.mktemp("cluster")
-    srv = Server(served_build, folder / "voices", folder / "server.log", "--ray", "--replicas", "2", "--threads", "1")
+    srv = Server(served_build, folder / "voices", folder / "server.log", "--ray", "--replicas", "2", "--threads", "1",
+                 "--keep-alive-seconds", str(KEEP_ALIVE_SECONDS))
     srv.tree = _descendants(srv.proc.pid)  # Ray's processes, started by serve.py
     yield srv
     if srv.proc.poll() is None:  # a test failed before the last one stopped it: stop it the same way
@@ -112,6 +114,23 @@ def test_eight_concurrent_openai_requests_all_succeed_spread_over_both_replicas(
             break
         time.sleep(0.5)
     assert replicas <= logged, logged
+
+
+def test_rays_proxy_closes_an_idle_connection_after_keep_alive_seconds(cluster):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", cluster.port), timeout=60) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answer = b""
+        while not whole_response(answer):
+            got = sock.recv(4096)
+            assert got, answer
+            answer += got
+        answered = time.monotonic()
+        assert answer.startswith(b"HTTP/1.1 200 ")
+        sock.settimeout(60)
+        assert sock.recv(4096) == b""  # closed by the proxy, the connection idle since its answer
+    assert time.monotonic() - answered < KEEP_ALIVE_SECONDS + 10
 
 
 def test_a_streamed_answer_streams_through_rays_proxy(cluster):
@@ -486,15 +505,41 @@ def test_a_run_that_started_serve_shuts_it_down_when_no_other_app_is_left(shared
     assert ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
     srv.proc.send_signal(signal.SIGINT)
     assert srv.proc.wait(timeout=120) == 0, "\n".join(srv.log_lines()[-20:])
+    _wait_for("Serve's controller to stop", _serve_gone, timeout=60)
 
-    def serve_gone() -> bool:
+
+def _serve_gone() -> bool:
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    try:
+        ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+    except ValueError:
+        return True
+    return False
+
+
+def test_a_signal_once_health_answers_but_before_ready_ends_the_run(shared, tmp_path):
+    """The ready wait's window: one replica answers /health through the proxy while the other cannot start (each
+    asks for both of the head's two CPUs), so the run waits for it, without end; Ctrl-C there ends the run, its
+    application and the Serve it started, within --drain-seconds."""
+    from serving import free_port, signal_at_stage
+
+    port = free_port()  # Serve is not running (the test before stopped it): this run starts it here
+
+    def one_replica_answers() -> bool:
         try:
-            ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
-        except ValueError:
-            return True
-        return False
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
 
-    _wait_for("Serve's controller to stop", serve_gone, timeout=60)
+    status, seconds, log = signal_at_stage(
+        ["--model_dir", shared.build, "--ray", "--address", shared.address, "--replicas", "2", "--threads", "2",
+         "--port", port, "--voices_dir", shared.folder / "voices", "--drain-seconds", "5"], tmp_path / "window.log",
+        one_replica_answers, signal.SIGINT, env=NO_AUTH, wait=90)
+    assert status == 130 and "ready: " not in log and "Traceback" not in log, log[-2000:]
+    assert seconds < 60, seconds  # --drain-seconds for the replica that runs, then Ray's own teardown
+    _wait_for("Serve's controller to stop", _serve_gone, timeout=60)
 
 
 def _processes_naming(folder: str) -> list[int]:
@@ -518,32 +563,16 @@ def _processes_naming(folder: str) -> list[int]:
 def test_a_signal_at_any_stage_of_the_start_ends_the_run_and_its_ray(served_build, tmp_path, stage, sig):
     """Ctrl-C and SIGTERM end serve.py --ray whenever they come, with every Ray process it started gone."""
     import shutil
-    import subprocess
-    import sys
     import tempfile
 
-    from helpers.scripts import ROOT
-    from helpers.serving import free_port
+    from helpers.serving import free_port, signal_at_stage
 
     ray_tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")  # short: Ray's socket paths live under it
-    log_path = tmp_path / "server.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, str(ROOT / "serve.py"), "--model_dir", str(served_build), "--ray",
-                                 "--replicas", "1", "--threads", "1", "--port", str(free_port()), "--voices_dir",
-                                 str(tmp_path / "voices"), "--drain-seconds", "5"],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, "RAY_TMPDIR": ray_tmp})
-        try:
-            deadline = time.monotonic() + WAIT_S
-            while stage not in log_path.read_text() and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert stage in log_path.read_text(), log_path.read_text()[-2000:]
-            proc.send_signal(sig)
-            # 130 when the start was cut short; 0 when the replica was quicker and the run was serving already
-            assert proc.wait(timeout=60) in (0, 130), log_path.read_text()[-2000:]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    status, _, log = signal_at_stage(["--model_dir", served_build, "--ray", "--replicas", "1", "--threads", "1",
+                                      "--port", free_port(), "--voices_dir", tmp_path / "voices", "--drain-seconds", "5"],
+                                     tmp_path / "server.log", stage, sig, env={"RAY_TMPDIR": ray_tmp})
+    # 130 when the start was cut short; 0 when the replica was quicker and the run was serving already
+    assert status in (0, 130), log[-2000:]
     deadline = time.monotonic() + 30
     while _processes_naming(ray_tmp) and time.monotonic() < deadline:
         time.sleep(0.25)

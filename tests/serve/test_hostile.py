@@ -3,10 +3,16 @@ nothing is cut silently (real servers on loopback, the tiny build, real HTTP cli
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import resource
+import selectors
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,12 +23,15 @@ import pytest
 import soundfile
 
 from helpers import clips
-from helpers.serving import FAST, Server, free_port, speak
+from helpers.scripts import ROOT, last_error_line
+from helpers.serving import FAST, Server, free_port, signal_at_stage, speak, whole_response
 
-BODY_SECONDS, WRITE_SECONDS = 5, 3
+BODY_SECONDS, WRITE_SECONDS, HEADER_SECONDS, MAX_CONNECTIONS, MAX_HEADER_BYTES = 5, 3, 4, 40, 16384
 LIMITS = ("--max-body-bytes", "200000", "--max-upload-bytes", "2000000", "--max-instructions-chars", "200",
           "--max-upload-seconds", "3", "--max-transcript-chars", "100", "--max-voices", "2", "--max-pinned", "1",
-          "--max-concurrent", "3", "--body-seconds", str(BODY_SECONDS), "--write-seconds", str(WRITE_SECONDS))
+          "--max-concurrent", "3", "--body-seconds", str(BODY_SECONDS), "--write-seconds", str(WRITE_SECONDS),
+          "--header-seconds", str(HEADER_SECONDS), "--max-connections", str(MAX_CONNECTIONS),
+          "--max-header-bytes", str(MAX_HEADER_BYTES))
 BROWSERS = ("--allow-origin", "http://app.example:3000", "--allow-host", "tts.lan")
 MANY_SENTENCES = "Hi. " + " ".join(f"This is sentence number {i}, which keeps the server busy." for i in range(40))
 
@@ -98,16 +107,6 @@ def test_a_body_past_the_limit_is_413_by_its_length_or_as_it_arrives(server):
     assert httpx.get(f"{server.url}/health").json()["status"] == "ok"
 
 
-def whole_response(data: bytes) -> bool:
-    """An HTTP/1.1 answer's headers and as much body as its Content-Length says are all in `data`."""
-    head, found, body = data.partition(b"\r\n\r\n")
-    if not found:
-        return False
-    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                   if line.lower().startswith(b"content-length:")), 0)
-    return len(body) >= length
-
-
 def test_a_body_that_arrives_too_slowly_is_408_and_holds_no_slot(server):
     """A client that sends its headers and a few bytes of its body, then nothing: it is counted in
     flight only once its body is read (never, here), and answered 408 after --body-seconds."""
@@ -153,6 +152,177 @@ def test_a_client_that_never_reads_its_response_is_let_go_after_write_seconds(se
     finally:
         sock.close()
     still_serving(server)
+
+
+def descriptors(srv: Server) -> int:
+    return len(os.listdir(f"/proc/{srv.proc.pid}/fd"))
+
+
+def connect(srv: Server, count: int) -> list[socket.socket]:
+    return [socket.create_connection(("127.0.0.1", srv.port), timeout=60) for _ in range(count)]
+
+
+def answers(socks: list[socket.socket], wait: float, until: int | None = None,
+            on_idle=None) -> dict[socket.socket, bytes]:
+    """What the server sent each socket until it closed it: waits for `until` of them (default: all) to be closed,
+    for `wait` s at most. `on_idle(still_open)` runs whenever nothing arrived for 0.25 s."""
+    got = {sock: b"" for sock in socks}
+    closed: set[socket.socket] = set()
+    selector = selectors.DefaultSelector()  # epoll: more sockets than select() takes
+    for sock in socks:
+        selector.register(sock, selectors.EVENT_READ)
+    deadline = time.monotonic() + wait
+    try:
+        while len(closed) < (len(socks) if until is None else until) and time.monotonic() < deadline:
+            events = selector.select(timeout=0.25)
+            for key, _ in events:
+                try:
+                    data = key.fileobj.recv(65536)
+                except ConnectionResetError:
+                    data = b""
+                got[key.fileobj] += data
+                if not data:
+                    closed.add(key.fileobj)
+                    selector.unregister(key.fileobj)
+            if not events and on_idle is not None:
+                on_idle([sock for sock in socks if sock not in closed])
+    finally:
+        selector.close()
+    return {sock: got[sock] for sock in closed}
+
+
+def test_idle_connections_past_max_connections_close_the_oldest_and_requests_are_still_answered(server):
+    """Sockets that never send a byte: past --max-connections each new one closes the one waiting longest for a
+    request, so the server's descriptors stay bounded and /health and speech are answered at once; the rest are
+    closed after --header-seconds."""
+    extra = 60
+    before = descriptors(server)
+    opened = time.monotonic()
+    socks = connect(server, MAX_CONNECTIONS + extra)
+    try:
+        evicted = answers(socks, wait=60, until=extra)
+        assert len(evicted) >= extra and time.monotonic() - opened < HEADER_SECONDS  # not the header timer's doing
+        assert set(socks[:extra]) <= set(evicted) and not any(evicted.values())  # the oldest, closed in silence
+        assert descriptors(server) - before <= MAX_CONNECTIONS + 5
+        assert httpx.get(f"{server.url}/health", timeout=30).json()["status"] == "ok"
+        still_serving(server)
+        assert descriptors(server) - before <= MAX_CONNECTIONS + 5
+        left = answers([sock for sock in socks if sock not in evicted], wait=HEADER_SECONDS + 30)
+        assert len(left) + len(evicted) == len(socks) and not any(left.values())
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_headers_sent_slowly_are_408_after_header_seconds_while_others_are_served(server):
+    """Slowloris: heads that never end, a byte at a time, each get OpenAI's envelope 408 once --header-seconds
+    have passed, not before; meanwhile the server answers everyone else."""
+    socks = connect(server, 5)
+    for sock in socks:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    started = time.monotonic()
+
+    def dribble(still_open):  # a byte of a header every quarter second to each that has no answer yet
+        for sock in still_open:
+            with contextlib.suppress(OSError):  # one the server has closed already
+                sock.send(b"X")
+
+    assert httpx.get(f"{server.url}/health", timeout=30).status_code == 200
+    still_serving(server)
+    got = answers(socks, wait=HEADER_SECONDS + 30, on_idle=dribble)
+    elapsed = time.monotonic() - started
+    try:
+        assert len(got) == len(socks) and HEADER_SECONDS - 0.5 <= elapsed < HEADER_SECONDS + 20, elapsed
+        for answer in got.values():
+            assert answer.startswith(b"HTTP/1.1 408 ") and whole_response(answer), answer[:200]
+            error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+            assert error["code"] == "headers_too_slow" and "--header-seconds" in error["message"]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_headers_past_max_header_bytes_are_431(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: ")
+        sent = 0
+        readable = selectors.DefaultSelector()
+        readable.register(sock, selectors.EVENT_READ)
+        while not readable.select(timeout=0) and sent < 64 * MAX_HEADER_BYTES:  # the server answers by itself
+            sent += sock.send(b"a" * 4096)
+        readable.close()
+        (answer,) = answers([sock], wait=30).values()
+    assert answer.startswith(b"HTTP/1.1 431 ") and whole_response(answer), answer[:200]
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "headers_too_large" and "--max-header-bytes" in error["message"]
+    still_serving(server)
+
+
+def test_an_oversized_pipelined_head_never_cuts_into_the_answer_before_it(server):
+    """A second request's head, past --max-header-bytes, sent while the first is being answered: the first answer
+    ends whole, nothing is written into it, and the connection then closes."""
+    body = json.dumps({"model": "omnivoice", "voice": "alloy", "input": MANY_SENTENCES[:300], **FAST,
+                       "response_format": "pcm"}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body) + b"GET /health HTTP/1.1\r\nX-Long: ")
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 "), first[:200]  # the first answer has begun
+        for _ in range(2 * MAX_HEADER_BYTES // 4096):
+            sock.sendall(b"a" * 4096)
+        (rest,) = answers([sock], wait=60).values()
+    answer = first + rest
+    assert answer.endswith(b"\r\n0\r\n\r\n") and answer.count(b"HTTP/1.1 ") == 1, answer[-200:]
+    still_serving(server)
+
+
+def test_bytes_that_are_not_http_are_a_400_in_the_envelope(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
+        sock.sendall(b"\x16\x03\x01\x02\x00 a TLS hello sent to a plain HTTP port\r\n\r\n")
+        (answer,) = answers([sock], wait=30).values()
+    assert answer.startswith(b"HTTP/1.1 400 ") and whole_response(answer), answer[:200]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["code"] == "invalid_http"
+
+
+def test_when_every_connection_is_in_a_request_the_next_gets_503_until_one_ends(server):
+    """--max-connections requests whose bodies never finish are not closed to make room (each is a request):
+    the next connection gets 503 at once, and once --body-seconds ends them the server answers again."""
+    head = (b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nContent-Length: 200\r\n\r\n")
+    socks = connect(server, MAX_CONNECTIONS)
+    try:
+        for sock in socks:
+            sock.sendall(head)
+        for sock in socks:  # uvicorn says 100 Continue once the app reads the body: the head is in, a request now
+            assert sock.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as extra:
+            (answer,) = answers([extra], wait=30).values()
+        assert answer.startswith(b"HTTP/1.1 503 ") and whole_response(answer), answer[:200]
+        error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+        assert error["code"] == "too_many_connections" and error["type"] == "server_error"
+        bodies = answers(socks, wait=BODY_SECONDS + 30)
+        assert len(bodies) == len(socks) and all(body.startswith(b"HTTP/1.1 408 ") for body in bodies.values())
+    finally:
+        for sock in socks:
+            sock.close()
+    still_serving(server)
+
+
+def test_max_connections_must_fit_the_file_descriptor_limit(served_build, tmp_path):
+    def limited(soft: int, hard: int):
+        return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    refused = subprocess.run([sys.executable, str(ROOT / "serve.py"), "--model_dir", str(served_build), "--port",
+                              str(free_port()), "--voices_dir", str(tmp_path / "voices")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120, preexec_fn=limited(600, 600))
+    assert refused.returncode == 2 and "ready" not in refused.stdout
+    assert last_error_line(refused) == ("error: --max-connections 1000 needs 1256 file descriptors and this process "
+                                        "may open 600 (ulimit -Hn): lower --max-connections to 344 or raise the limit")
+    raised = subprocess.run([sys.executable, "-c", "import resource; from codes.serve.connections import "
+                             "fit_descriptors; from codes.serve.limits import Limits; fit_descriptors(Limits()); "
+                             "print(resource.getrlimit(resource.RLIMIT_NOFILE))"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120, preexec_fn=limited(600, 4096), check=True)
+    assert raised.stdout.strip() == "(1256, 4096)"  # the soft limit raised as far as needed, below the hard one
 
 
 def test_health_answers_at_once_while_huge_requests_arrive(server):
@@ -501,6 +671,28 @@ def test_sigterm_lets_a_running_stream_finish_then_the_server_exits(served_build
     finally:
         if srv.proc.poll() is None:
             srv.stop()
+
+
+DRAIN_SECONDS = 5
+
+
+@pytest.mark.parametrize("stage, sig", [
+    ("starting: loading the model", signal.SIGINT),
+    ("starting: warming up", signal.SIGTERM),
+    ("starting: pinning", signal.SIGINT),
+    ("ready: ", signal.SIGINT),
+])
+def test_a_signal_at_any_stage_of_the_start_ends_serve_py(served_build, tmp_path, stage, sig):
+    """Ctrl-C and SIGTERM end plain serve.py whenever they come, within --drain-seconds, and no ready line follows
+    them (the model's thread, still loading, is left to the process's end)."""
+    status, seconds, log = signal_at_stage(["--model_dir", served_build, "--port", free_port(), "--voices_dir",
+                                            tmp_path / "voices", "--preload-voices", "all", "--drain-seconds",
+                                            DRAIN_SECONDS], tmp_path / "server.log", stage, sig, wait=60)
+    # Ctrl-C ends as KeyboardInterrupt does (130); SIGTERM, re-raised by uvicorn once drained, as the signal does
+    assert status == (130 if sig == signal.SIGINT else -signal.SIGTERM), log[-2000:]
+    assert seconds < DRAIN_SECONDS + 10 and "Traceback" not in log, log[-2000:]
+    after = log.partition("shutting down")[2]
+    assert "ready: " not in after, log[-2000:]
 
 
 def _draining(srv: Server, wait: float = 60) -> bool:
