@@ -299,12 +299,7 @@ class Recogniser:
         from tokenizers import Tokenizer
 
         self.folder = Path(folder)
-        manifest_path = self.folder / MANIFEST_NAME
-        if not manifest_path.is_file():
-            raise UserError(f"{self.folder} has no {MANIFEST_NAME}; build the recogniser with optimize.py --include-asr")
-        manifest = json.loads(manifest_path.read_text())
-        if manifest.get("format") != FORMAT:
-            raise UserError(f"{manifest_path} is not an omnivoice-onnx recogniser manifest; rebuild with --include-asr")
+        manifest = read_asr_manifest(self.folder)
         if provider not in ("cpu", "cuda"):
             raise UserError(f"provider {provider!r} is not supported; use cpu or cuda")
         self.manifest = manifest
@@ -474,8 +469,22 @@ class Recogniser:
         return self.text_of(self.generate(self.features_of(waveform, int(sample_rate)))).strip()
 
 
+def read_asr_manifest(folder) -> dict:
+    """A recogniser folder's asr_manifest.json, checked to be one; every problem is a one-line UserError."""
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file():
+        raise UserError(f"{folder} has no {MANIFEST_NAME}; build the recogniser with optimize.py --include-asr")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path} is not valid JSON ({exc}); rebuild the recogniser with optimize.py --include-asr") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise UserError(f"{path} is not an omnivoice-onnx recogniser manifest; rebuild with --include-asr")
+    return manifest
+
+
 def seconds_limit(folder) -> float:
     """The longest clip a recogniser folder takes, in seconds."""
-    features = json.loads((Path(folder) / MANIFEST_NAME).read_text())["features"]
+    features = read_asr_manifest(folder)["features"]
     return features["n_samples"] / features["sampling_rate"]
 
