@@ -199,6 +199,9 @@ def recogniser_folder(path: str | Path) -> Path:
     path = Path(path)
     if (path / ASR_MANIFEST_NAME).is_file():
         return path
+    if not (path / MANIFEST_NAME).is_file():
+        raise UserError(f"{path} holds no recogniser (neither {ASR_MANIFEST_NAME} nor {MANIFEST_NAME}); point --asr_dir at "
+                        "a build made with optimize.py --include-asr or --asr-only, or at its asr/ folder")
     return read_manifest(path).recogniser()
 
 

@@ -173,6 +173,8 @@ class OmniVoiceOnnx:
         self._higgs_dir = Path(higgs_dir) if higgs_dir else None
         self._codec = None
         self._asr_dir = Path(asr_dir) if asr_dir else None
+        if self._asr_dir is not None:
+            self.recogniser_dir()  # a wrong asr_dir fails here, not at the first clip without a transcript
         self._asr_provider = asr_provider
         self._recogniser = None
         self._recogniser_lock = threading.Lock()  # the server loads it from whichever pool thread asks first
