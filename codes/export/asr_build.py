@@ -49,12 +49,16 @@ def resolve_whisper(model: str) -> Path:
     elif Path(model).exists():
         path = Path(model)
     elif model.count("/") == 1 and not model.startswith((".", "/")):
-        path = _resolve_hub(model)
+        path = _resolve_hub(model, "--asr-model")
     else:
         raise UserError(f"--asr-model {model}: no such folder; pass a Whisper checkpoint folder, a cached hub id "
                         f"or one of {', '.join(GENERATED)}")
     if not path.is_dir():
         raise UserError(f"--asr-model {model} is a file; pass the checkpoint folder that holds config.json")
+    config = path / "config.json"
+    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else "whisper"
+    if model_type != "whisper":
+        raise UserError(f"{config} has model_type {model_type!r}, not 'whisper'; pass a Whisper checkpoint")
     missing = [name for name in CHECKPOINT_FILES if not (path / name).is_file()]
     if not (path / "model.safetensors").is_file() and not (path / "model.safetensors.index.json").is_file():
         missing.append("model.safetensors")
@@ -62,9 +66,6 @@ def resolve_whisper(model: str) -> Path:
         raise UserError(f"Whisper checkpoint {path} is incomplete: missing {', '.join(missing)}; pass a folder in "
                         "the hub's layout (config.json, model.safetensors, generation_config.json, "
                         "preprocessor_config.json, tokenizer.json)")
-    model_type = json.loads((path / "config.json").read_text()).get("model_type")
-    if model_type != "whisper":
-        raise UserError(f"{path / 'config.json'} has model_type {model_type!r}, not 'whisper'; pass a Whisper checkpoint")
     return path
 
 
