@@ -12,7 +12,6 @@ transformers' granularity so each can be tested against its twin (tests/test_asr
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.common.fileio import sha256_file
+from codes.common.fileio import read_json_object, sha256_file
 from codes.runtime.audio import resample, to_mono
 
 MANIFEST_NAME = "asr_manifest.json"
@@ -474,11 +473,8 @@ def read_asr_manifest(folder) -> dict:
     path = Path(folder) / MANIFEST_NAME
     if not path.is_file():
         raise UserError(f"{folder} has no {MANIFEST_NAME}; build the recogniser with optimize.py --include-asr")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path} is not valid JSON ({exc}); rebuild the recogniser with optimize.py --include-asr") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    manifest = read_json_object(path, "rebuild the recogniser with optimize.py --include-asr")
+    if manifest.get("format") != FORMAT:
         raise UserError(f"{path} is not an omnivoice-onnx recogniser manifest; rebuild with --include-asr")
     return manifest
 

@@ -502,16 +502,3 @@ def whole_hops(wav: np.ndarray, hop_length: int = HOP_LENGTH, sample_rate: int =
         raise UserError(f"reference audio is shorter than one codec frame ({hop_length} samples at {sample_rate} Hz)")
     return wav
 
-
-def preprocess_reference(
-    wav: np.ndarray,
-    sample_rate: int,
-    preprocess_prompt: bool = True,
-    ref_text_known: bool = True,
-    target_rate: int = SAMPLE_RATE,
-    hop_length: int = HOP_LENGTH,
-) -> tuple[np.ndarray, float]:
-    """(waveform ready for the codec encoder, ref_rms), as upstream's `create_voice_clone_prompt`:
-    `clean_reference`, then cut to whole hops."""
-    wav, ref_rms = clean_reference(wav, sample_rate, preprocess_prompt, ref_text_known, target_rate)
-    return whole_hops(wav, hop_length, target_rate), ref_rms

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codes.common.errors import UserError
-from codes.common.fileio import sha256_file
+from codes.common.fileio import read_json_object, sha256_file
 from codes.runtime.asr import MANIFEST_NAME as ASR_MANIFEST_NAME
 from codes.runtime.specs import CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
 
@@ -151,12 +151,7 @@ def read_manifest(folder: str | Path, verify: bool = True) -> Manifest:
         raise UserError(f"model folder {folder} does not exist; build one with optimize.py --output {folder}")
     if not path.is_file():
         raise UserError(f"{folder} has no {MANIFEST_NAME}; it is not an omnivoice-onnx build (make one with optimize.py)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path} is not valid JSON ({exc}); rebuild the folder with optimize.py") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} is not a manifest (a JSON object); rebuild the folder with optimize.py")
+    data = read_json_object(path, "rebuild the folder with optimize.py")
     if "format" not in data and isinstance(data.get("backbone"), dict):
         return Manifest(folder, _from_recipe_schema(path, data), RECIPE_SCHEMA)
     if data.get("format") != FORMAT:
