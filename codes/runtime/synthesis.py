@@ -210,8 +210,8 @@ class OmniVoiceOnnx:
             if self._recogniser is None:
                 from codes.runtime.asr import Recogniser
 
-                self._recogniser = Recogniser(self.recogniser_dir(), provider=provider or self._asr_provider or self.provider,
-                                              threads=self.threads)
+                provider = provider or self._asr_provider or self.provider
+                self._recogniser = Recogniser(self.recogniser_dir(), provider=provider, threads=self.threads)
         return self._recogniser
 
     # --- one step: embeddings -> backbone -> heads -> cell scores --------------------------------
