@@ -6,7 +6,8 @@
   python corpus.py --model DIR --test_list test.jsonl --res_dir results/      # upstream's omnivoice-infer-batch
 
 Rows: id (unique, names the audio file), text, and optionally language (or upstream's language_id),
-instruct, voice (a voice file from inference.py --save_voice), ref_audio + ref_text, duration, speed, seed;
+instruct, voice (a voice file from inference.py --save_voice), ref_audio (+ ref_text: without it, the build's
+recogniser transcribes the clip), duration, speed, seed;
 language_name is accepted and left to reports, as upstream does. Audio goes to OUT/audio/<id>.<format>
 (with --res_dir, upstream's layout: RES_DIR/<id>.wav), one record per row to results.parquet and
 results.jsonl beside it; running
@@ -32,6 +33,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model_dir", "--model", dest="model_dir", type=Path,
                    help="a build folder from optimize.py (default: models/omnivoice-cpu)")
     p.add_argument("--higgs_dir", type=Path, help="a codec folder or a build holding one (default: the model folder's)")
+    p.add_argument("--asr_dir", type=Path, help="a recogniser folder or a build holding one, for rows whose ref_audio "
+                                               "comes without ref_text (default: the model folder's, if any)")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--input", help="a .jsonl, .parquet or .csv file of rows, or a folder of them")
     source.add_argument("--test_list", help="upstream's test list (JSONL: id, text, ref_audio, ref_text, instruct, "
@@ -80,7 +83,7 @@ def main(argv=None) -> int:
         batch_size = DEFAULT_BATCH_SIZE
     options = CorpusOptions(
         input=args.input or args.test_list, output=args.output or args.res_dir, model_dir=args.model_dir,
-        higgs_dir=args.higgs_dir, audio_dir="" if args.res_dir else "audio", lang_id=args.lang_id,
+        higgs_dir=args.higgs_dir, asr_dir=args.asr_dir, audio_dir="" if args.res_dir else "audio", lang_id=args.lang_id,
         normalize_text=args.normalize_text, batch_duration=batch_duration,
         address=args.address, actors=args.actors, threads_per_actor=args.threads_per_actor,
         batch_size=batch_size, provider=args.provider, gpus_per_actor=args.gpus_per_actor,

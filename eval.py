@@ -29,6 +29,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--backbone", type=Path,
                         help="a bidirectional backbone graph (.onnx) to use instead of the model folder's")
     parser.add_argument("--source", help="equiv: the checkpoint the build came from (default: the one its manifest names)")
+    parser.add_argument("--asr_dir", type=Path,
+                        help="equiv: a recogniser folder or a build holding one, checked too (default: the model "
+                             "folder's, if it has one)")
+    parser.add_argument("--asr_source",
+                        help="equiv: the Whisper checkpoint the recogniser came from (default: the one its manifest names)")
     parser.add_argument("--provider", choices=("cpu", "cuda"), help="default: the build's (see inference.py)")
     parser.add_argument("--verbose", action="store_true", help="show the libraries' own warnings and logs")
     rtf = parser.add_argument_group("rtf")
@@ -63,7 +68,8 @@ def main(argv=None) -> int:
 
     set_verbose(args.verbose)
     with library_output("the comparison with upstream"):  # upstream's imports and loaders warn and log
-        rows, table = run_equivalence(args.model_dir, args.source, args.provider, args.higgs_dir, args.backbone)
+        rows, table = run_equivalence(args.model_dir, args.source, args.provider, args.higgs_dir, args.backbone,
+                                      args.asr_dir, args.asr_source)
     print(table)
     failed = [r.check for r in rows if not r.passed]
     if failed:

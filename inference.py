@@ -3,6 +3,7 @@
 
   python inference.py --model_dir models/omnivoice-cpu --text "Hello there." --output hello.wav
   python inference.py --model_dir DIR --text "..." --ref_audio me.wav --ref_text "What I said." --output out.wav
+  python inference.py --model_dir DIR --text "..." --ref_audio me.wav --output out.wav   # a build with --include-asr
   python inference.py --model_dir DIR --jsonl lines.jsonl --output out_folder/
 """
 
@@ -25,6 +26,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--higgs_dir", type=Path,
                    help="a codec folder (audio_tokenizer/) or a build holding one (default: the model folder's, "
                         "else models/higgs-fp16, what --higgs-only writes)")
+    p.add_argument("--asr_dir", type=Path,
+                   help="a recogniser folder (asr/) or a build holding one, to transcribe a --ref_audio given without "
+                        "--ref_text (default: the model folder's, if it has one)")
     p.add_argument("--backbone", type=Path,
                    help="a bidirectional backbone graph (.onnx) to use instead of the model folder's")
     what = p.add_mutually_exclusive_group(required=True)
@@ -39,7 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--language", help="language id or name (e.g. en, English); unknown ones fall back to none")
     p.add_argument("--instruct", help='voice design, e.g. "female, low pitch, british accent"')
     p.add_argument("--ref_audio", type=Path, help="reference clip to clone (any rate, mono or stereo)")
-    p.add_argument("--ref_text", help="transcript of --ref_audio (required with it)")
+    p.add_argument("--ref_text", help="transcript of --ref_audio (without it, the build's recogniser transcribes the clip, "
+                                      "as upstream's Whisper does; a build without one needs it)")
     p.add_argument("--voice", type=Path, help="a voice file (skips encoding the reference): ours (.npz, from "
                                              "--save_voice), upstream's VoiceClonePrompt.save (.pt) or wyoming-piper's "
                                              "ref.rvq, told apart by content")
@@ -73,9 +78,9 @@ def main(argv=None) -> int:
 
     settings = settings_from_flags(args)
     if args.ref_audio and args.voice:
-        raise UserError("give either --ref_audio (with --ref_text) or --voice, not both")
-    if args.ref_audio and not args.ref_text:
-        raise UserError("--ref_audio needs --ref_text: offline transcription is not available, so pass its transcript")
+        raise UserError("give either --ref_audio (with its --ref_text, if any) or --voice, not both")
+    if args.ref_text and not args.ref_audio:
+        raise UserError("--ref_text needs --ref_audio, the clip it transcribes")
     if args.batch_size < 1:
         raise UserError(f"--batch_size must be >= 1, got {args.batch_size}")
     if args.text is not None:
@@ -93,13 +98,13 @@ def main(argv=None) -> int:
     if args.save_voice and args.save_voice.exists():
         raise UserError(f"--save_voice {args.save_voice} exists; give a new file name (a voice is never saved over a file)")
     if args.save_voice and not (args.ref_audio or args.voice):
-        raise UserError("--save_voice saves the voice of --ref_audio (with --ref_text) or of --voice; give one")
+        raise UserError("--save_voice saves the voice of --ref_audio or of --voice; give one")
 
     voice = Voice.load(args.voice) if args.voice else None  # a bad voice file fails before the model loads
 
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads,
-                        backbone=args.backbone)
+                        backbone=args.backbone, asr_dir=args.asr_dir)
     if args.ref_audio:
         voice = tts.create_voice(args.ref_audio, args.ref_text, settings.preprocess_prompt)
     if args.save_voice:

@@ -4,6 +4,7 @@
   python optimize.py --model tiny-random --device cpu
   python optimize.py --model /path/to/OmniVoice --device cpu_fp32 --include-higgs
   python optimize.py --model k2-fsa/OmniVoice --higgs-only --output models/higgs-fp16
+  python optimize.py --model /path/to/OmniVoice --device cpu_int8 --include-asr   # + Whisper, to clone from a clip alone
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from codes.export.asr_build import DEFAULT_ASR_MODEL, PRECISIONS as ASR_PRECISIONS
 from codes.export.checkpoint import DEFAULT_HUB_ID
 from codes.common.errors import run_cli
 from codes.common.quiet import set_verbose
@@ -26,13 +28,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu",
                         help=f"build profile: {', '.join(f'{k} ({p.description})' for k, p in PROFILES.items())}")
     parser.add_argument("--output", type=Path,
-                        help="output folder (default: models/omnivoice-<profile>; with --higgs-only models/higgs-<precision>)")
+                        help="output folder (default: models/omnivoice-<profile>; with --higgs-only "
+                             "models/higgs-<precision>, with --asr-only models/asr-<precision>)")
     parser.add_argument("--llm-export", choices=("genai", "torch"),
                         help="how the backbone is exported (default: the profile's, see docs/build.md)")
     parser.add_argument("--include-higgs", action="store_true", help="also build the Higgs codec into <output>/audio_tokenizer")
     parser.add_argument("--higgs-only", action="store_true", help="build only the Higgs codec")
     parser.add_argument("--higgs-precision", choices=("fp16", "fp32"),
                         help="codec precision (default: the profile's, fp16; never int4)")
+    parser.add_argument("--include-asr", action="store_true",
+                        help="also build the recogniser (Whisper) into <output>/asr, so a clip clones without its transcript")
+    parser.add_argument("--asr-only", action="store_true", help="build only the recogniser")
+    parser.add_argument("--asr-model", default=DEFAULT_ASR_MODEL,
+                        help="the Whisper checkpoint: a folder, a hub id already in the local Hugging Face cache, "
+                             "or tiny-whisper (default: %(default)s)")
+    parser.add_argument("--asr-precision", choices=ASR_PRECISIONS,
+                        help="recogniser precision (default: the profile's: int8 on the CPU profiles, fp32 for "
+                             "cpu_fp32, fp16 for gpu)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace files in --output that no omnivoice-onnx build wrote (a build's own files "
                              "are always replaced; nothing else in the folder is touched)")
@@ -43,23 +55,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     set_verbose(args.verbose)
-    from codes.export.build import BuildRequest, build
-    from codes.export.checkpoint import resolve_checkpoint
+    from codes.export.build import BuildRequest, build, resolve_inputs
     from codes.export.profiles import get_profile
-    from codes.runtime.manifest import default_build_dir, default_codec_dir
 
-    profile = get_profile(args.device).with_codec(args.higgs_precision)
-    codec_precision = profile.precision["codec"]
-    output = args.output or (default_codec_dir(codec_precision) if args.higgs_only else default_build_dir(profile.name))
-    checkpoint = resolve_checkpoint(args.model, need_backbone=not args.higgs_only,
-                                    need_higgs=args.include_higgs or args.higgs_only)
-    request = BuildRequest(checkpoint=checkpoint, profile=profile, output=output, llm_export=args.llm_export,
-                           include_higgs=args.include_higgs, higgs_only=args.higgs_only,
-                           higgs_precision=args.higgs_precision, overwrite=args.overwrite)
+    request = BuildRequest(checkpoint=None, profile=get_profile(args.device), output=args.output,
+                           llm_export=args.llm_export, include_higgs=args.include_higgs, higgs_only=args.higgs_only,
+                           higgs_precision=args.higgs_precision, include_asr=args.include_asr, asr_only=args.asr_only,
+                           asr_model=args.asr_model, asr_precision=args.asr_precision, overwrite=args.overwrite)
+    resolve_inputs(request, args.model)
     build(request)
     total = sum(request.timings.values())
-    what = f"codec only, {codec_precision}" if args.higgs_only else profile.name
-    print(f"built {output} ({what}) in {total:.1f}s: "
+    print(f"built {request.output} ({request.summary()}) in {total:.1f}s: "
           + ", ".join(f"{k} {v:.1f}s" for k, v in request.timings.items()))
     return 0
 

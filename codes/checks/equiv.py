@@ -17,7 +17,7 @@ from codes.runtime.probe import probe_bidirectional
 from codes.checks.report import FP32_ABS_BOUND, Row, compare, format_table, probe_row
 from codes.common.errors import UserError
 from codes.runtime import specs
-from codes.runtime.manifest import FORMAT, MANIFEST_NAME, RECIPE_SCHEMA, read_manifest
+from codes.runtime.manifest import FORMAT, MANIFEST_NAME, RECIPE_SCHEMA, read_manifest, recogniser_folder
 from codes.runtime.sessions import BackboneRunner, make_session, open_backbone, resolve_provider
 
 
@@ -203,23 +203,32 @@ def manifest_schema(folder: Path) -> str | None:
 
 
 def run_equivalence(folder: Path, source: str | None, provider: str | None = None,
-                    higgs_dir: Path | None = None, backbone: Path | None = None) -> tuple[list[Row], str]:
+                    higgs_dir: Path | None = None, backbone: Path | None = None, asr_dir: Path | None = None,
+                    asr_source: str | None = None) -> tuple[list[Row], str]:
     """Rows for every graph of the build in `folder`, ours or in the recipe's schema (with `backbone` in
-    place of its own, if given), and of the codec in `higgs_dir` or the build's own."""
+    place of its own, if given), of the codec in `higgs_dir` or the build's own, and of the recogniser in
+    `asr_dir` or the build's own, if there is one."""
+    from codes.checks.equiv_asr import recogniser_equivalence, whisper_source
+
     folder = Path(folder)
     if manifest_schema(folder) is None:
         rows = foreign_backbone_rows(folder, provider or "cpu")
         return rows, f"{folder}: not an omnivoice-onnx build; probing its backbone only\n" + format_table(rows)
     manifest = read_manifest(folder)
     provider = resolve_provider(provider, manifest.data.get("execution_provider"))
-    source_path = source_of(manifest, source)
+    codec_holder = read_manifest(higgs_dir) if higgs_dir is not None else manifest
+    has_codec = codec_holder.is_codec or codec_holder.higgs
+    # A recogniser alone was built from no OmniVoice checkpoint.
+    source_path = source_of(manifest, source) if manifest.sub_models or has_codec else None
     rows = []
     if manifest.sub_models:
         rows += backbone_equivalence(folder, manifest, source_path, provider, backbone)
-    codec_holder = read_manifest(higgs_dir) if higgs_dir is not None else manifest
-    if codec_holder.is_codec or codec_holder.higgs:
+    if has_codec:
         codec_folder, section = codec_holder.codec()
         codec_source = source_path if higgs_dir is None else source_of(read_manifest(codec_folder), source)
         rows += codec_equivalence(codec_folder, section, codec_source / specs.HIGGS_DIR)
-    title = f"{folder} ({manifest.data.get('profile') or manifest.schema}) vs upstream {source_path}"
+    if asr_dir is not None or manifest.asr:
+        asr_folder = recogniser_folder(asr_dir) if asr_dir is not None else manifest.recogniser()
+        rows += recogniser_equivalence(asr_folder, whisper_source(asr_folder, asr_source), provider)
+    title = f"{folder} ({manifest.data.get('profile') or manifest.schema}) vs upstream {source_path or 'Whisper'}"
     return rows, title + "\n" + format_table(rows)

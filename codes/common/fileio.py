@@ -69,3 +69,16 @@ def _new_file(folder: Path, prefix: str, suffix: str) -> str:
 def write_json_atomic(path: str | os.PathLike, data) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def read_json_object(path: str | os.PathLike, fix: str) -> dict:
+    """A JSON file holding an object; anything else is a one-line UserError ending with `fix`."""
+    from codes.common.errors import UserError
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path} is not valid JSON ({exc}); {fix}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is not a manifest (a JSON object); {fix}")
+    return data

@@ -25,7 +25,8 @@ from codes.common.ray_start import ray_cause, start_ray
 from codes.corpus import rows as row_checks
 from codes.common.fileio import sha256_file
 from codes.corpus.ledger import AUDIO_DIR, RESULTS_PARQUET, Ledger, audio_path, check_output_dir, record
-from codes.runtime.manifest import MANIFEST_NAME, find_builds, read_manifest
+from codes.runtime.asr import MANIFEST_NAME as ASR_MANIFEST_NAME
+from codes.runtime.manifest import MANIFEST_NAME, find_builds, read_manifest, recogniser_folder
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE
 
@@ -41,6 +42,7 @@ class CorpusOptions:
     output: Path
     model_dir: Path | None = None
     higgs_dir: Path | None = None
+    asr_dir: Path | None = None  # the recogniser for rows without a transcript (None: the build's own)
     address: str | None = None  # None: an embedded local Ray on this machine's cores
     actors: int | None = None  # None: as many as the CPUs (or GPUs) allow
     threads_per_actor: int = 1
@@ -89,7 +91,7 @@ def run_corpus(options: CorpusOptions) -> Summary:
     _check_options(options)
     kind, base_dir = input_kind(options.input)
     model_dir, higgs_dir = find_builds(options.model_dir, options.higgs_dir)
-    model_key = _build_key(model_dir, higgs_dir)
+    build_keys = _build_keys(model_dir, higgs_dir, options.asr_dir)
     out_dir = Path(options.output)
     check_output_dir(out_dir, options.audio_dir)
 
@@ -104,7 +106,7 @@ def run_corpus(options: CorpusOptions) -> Summary:
         actors, threads, gpus = _actor_resources(options)
         ledger = Ledger(out_dir, options.audio_dir)
         try:
-            return _run(options, checked, ledger, model_dir, higgs_dir, model_key, actors, threads, gpus)
+            return _run(options, checked, ledger, model_dir, higgs_dir, build_keys, actors, threads, gpus)
         finally:
             ledger.close()
     finally:
@@ -152,8 +154,9 @@ def input_kind(path: str) -> tuple[str, str | None]:
     return kind, str(local.resolve().parent)
 
 
-def _build_key(model_dir: Path, higgs_dir: Path | None) -> str:
-    """The build's identity for fingerprints: its manifests, which hold every file's sha256.
+def _build_keys(model_dir: Path, higgs_dir: Path | None, asr_dir: Path | None) -> tuple[str, str | None]:
+    """The build's identity for fingerprints, from its manifests, which hold every file's sha256; and the
+    recogniser's (None: there is none), which only rows without a transcript depend on.
 
     Reading them checks every hash here, once: a broken build is one error line before any actor starts.
     """
@@ -163,7 +166,11 @@ def _build_key(model_dir: Path, higgs_dir: Path | None) -> str:
     digest = hashlib.sha256()
     for folder in (model_dir, codec_folder):
         digest.update((Path(folder) / MANIFEST_NAME).read_bytes())
-    return digest.hexdigest()[:32]
+    recogniser = (recogniser_folder(asr_dir) if asr_dir is not None
+                  else manifest.recogniser() if manifest.asr else None)
+    recogniser_key = (hashlib.sha256((recogniser / ASR_MANIFEST_NAME).read_bytes()).hexdigest()[:32]
+                      if recogniser else None)
+    return digest.hexdigest()[:32], recogniser_key
 
 
 def _start_ray(options: CorpusOptions) -> None:
@@ -258,9 +265,9 @@ def _actor_resources(options: CorpusOptions) -> tuple[int, int, float]:
     return actors, threads, gpus
 
 
-def _run(options, checked, ledger: Ledger, model_dir, higgs_dir, model_key, actors, threads, gpus) -> Summary:
+def _run(options, checked, ledger: Ledger, model_dir, higgs_dir, build_keys, actors, threads, gpus) -> Summary:
     summary = Summary(rows=len(checked), results=ledger.out_dir / RESULTS_PARQUET)
-    results, todo, summary.crashed_before = _plan(checked, ledger, options, model_key)
+    results, todo, summary.crashed_before = _plan(checked, ledger, options, build_keys)
     summary.skipped = sum(result is not None and result["status"] == "ok" for result in results)
     if todo:
         ledger.append([record(id=t["id"], row=t["row"], status="pending", audio_path=t["audio_path"],
@@ -299,9 +306,10 @@ def _file_key(row_id: str) -> str:
     return unicodedata.normalize("NFC", row_id).casefold()
 
 
-def _plan(checked: list[dict], ledger: Ledger, options, model_key: str) -> tuple[list, list[dict], int]:
+def _plan(checked: list[dict], ledger: Ledger, options, build_keys: tuple[str, str | None]) -> tuple[list, list[dict], int]:
     """(results known before any synthesis: errors and skipped rows, None for the rest; the rows to speak;
     how many rows are skipped because they took their actor down last time)."""
+    model_key, recogniser_key = build_keys
     fmt, settings = options.audio_format, options.settings.to_dict()
     if options.normalize_text:  # only then: a run without it keeps the fingerprints it had before
         settings["normalize_text"] = True
@@ -326,10 +334,13 @@ def _plan(checked: list[dict], ledger: Ledger, options, model_key: str) -> tuple
             error = duplicate if error is None else f"{duplicate}; also: {error}"
         if error is None:
             path = audio_path(options.audio_dir, f"{row_id}.{fmt}")
-            voices = _voice_contents(json.loads(item["request"]), contents)
-            # A row without voice files keeps the fingerprint it had before the files' contents were in it.
+            request = json.loads(item["request"])
+            voices = _voice_contents(request, contents)
+            transcribed = request["ref_audio"] and not request["ref_text"]
+            # A row without voice files keeps the fingerprint it had before the files' contents were in it, and
+            # a row with its transcript the one it had before recognisers.
             stamp = row_checks.fingerprint(item["request"], *([voices] if any(voices) else []), settings, fmt,
-                                           model_key)
+                                           model_key, *([recogniser_key] if transcribed else []))
             final = ledger.out_dir / path
             if ledger.is_done(path, stamp):
                 results[index] = {**ledger.entries[path], "row": item["row"]}
@@ -383,6 +394,7 @@ def _speak(batches, options, ledger: Ledger, model_dir, higgs_dir, actors, threa
         Synthesizer, batch_size=None, batch_format="pyarrow",
         fn_constructor_kwargs=dict(model_dir=str(Path(model_dir).resolve()),
                                    higgs_dir=str(Path(higgs_dir).resolve()) if higgs_dir else None,
+                                   asr_dir=str(Path(options.asr_dir).resolve()) if options.asr_dir else None,
                                    provider=provider, threads=threads, settings=options.settings.to_dict(),
                                    out_dir=str(ledger.out_dir.resolve()), normalize_text=options.normalize_text),
         # One batch in flight per actor: batches take seconds, and a deep queue leaves one actor busy at the end.

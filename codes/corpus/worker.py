@@ -63,10 +63,10 @@ def _published(receipt: Path, final: Path, item: dict) -> dict | None:
 
 class Synthesizer:
     def __init__(self, model_dir: str, higgs_dir: str | None, provider: str | None, threads: int,
-                 settings: dict, out_dir: str, normalize_text: bool = False):
+                 settings: dict, out_dir: str, normalize_text: bool = False, asr_dir: str | None = None):
         from codes.runtime.synthesis import OmniVoiceOnnx
 
-        self.tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=provider, threads=threads)
+        self.tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=provider, threads=threads, asr_dir=asr_dir)
         self.tts.codec.load_decoder()
         self.settings = GenerationSettings.from_dict(settings)
         self.normalize_text = normalize_text
@@ -140,7 +140,7 @@ class Synthesizer:
         return "; ".join(dict.fromkeys(self.warnings.messages)) or None
 
     def voice(self, request: dict):
-        """The row's saved voice or reference clip, loaded once per actor."""
+        """The row's saved voice or reference clip (transcribed where it came without its text), loaded once per actor."""
         if request["voice"]:
             key = ("voice", request["voice"])
         elif request["ref_audio"]:

@@ -25,10 +25,12 @@ from codes.export.onnx_io import save_model
 from codes.export.tokenizer_build import write_json
 from codes.export.whisper_checkpoint import GENERATED, generated_whisper
 from codes.runtime.asr import FORMAT, MANIFEST_NAME
+from codes.runtime.specs import ASR_DIR
 
 DEFAULT_ASR_MODEL = "openai/whisper-large-v3-turbo"
 PRECISIONS = ("fp32", "fp16", "int8")
-ASR_DIR = "asr"
+GRAPH_FILES = ("encoder.onnx", "decoder.onnx")
+OTHER_FILES = ("tokenizer.json", "mel_filters.npy")
 CHECKPOINT_FILES = ("config.json", "generation_config.json", "preprocessor_config.json", "tokenizer.json")
 # Generation settings the numpy search does not implement, with the value that means "off".
 UNSUPPORTED_WHEN_SET = {
@@ -47,12 +49,16 @@ def resolve_whisper(model: str) -> Path:
     elif Path(model).exists():
         path = Path(model)
     elif model.count("/") == 1 and not model.startswith((".", "/")):
-        path = _resolve_hub(model)
+        path = _resolve_hub(model, "--asr-model")
     else:
         raise UserError(f"--asr-model {model}: no such folder; pass a Whisper checkpoint folder, a cached hub id "
                         f"or one of {', '.join(GENERATED)}")
     if not path.is_dir():
         raise UserError(f"--asr-model {model} is a file; pass the checkpoint folder that holds config.json")
+    config = path / "config.json"
+    model_type = json.loads(config.read_text()).get("model_type") if config.is_file() else "whisper"
+    if model_type != "whisper":
+        raise UserError(f"{config} has model_type {model_type!r}, not 'whisper'; pass a Whisper checkpoint")
     missing = [name for name in CHECKPOINT_FILES if not (path / name).is_file()]
     if not (path / "model.safetensors").is_file() and not (path / "model.safetensors.index.json").is_file():
         missing.append("model.safetensors")
@@ -60,9 +66,6 @@ def resolve_whisper(model: str) -> Path:
         raise UserError(f"Whisper checkpoint {path} is incomplete: missing {', '.join(missing)}; pass a folder in "
                         "the hub's layout (config.json, model.safetensors, generation_config.json, "
                         "preprocessor_config.json, tokenizer.json)")
-    model_type = json.loads((path / "config.json").read_text()).get("model_type")
-    if model_type != "whisper":
-        raise UserError(f"{path / 'config.json'} has model_type {model_type!r}, not 'whisper'; pass a Whisper checkpoint")
     return path
 
 
@@ -87,6 +90,10 @@ def pipeline_generation(folder: Path) -> tuple[dict, dict]:
         init = model._retrieve_init_tokens(torch.zeros(1, model.config.num_mel_bins, 3000), batch_size=1,
                                            generation_config=config, config=model.config, num_segment_frames=3000,
                                            kwargs={})[0].tolist()
+        tokenizer = asr.tokenizer
+        probe = tokenizer.encode(" a . b", add_special_tokens=False)
+        # transformers 5 skips the clean-up for BPE tokenizers whatever the config says (and warns): probe it.
+        cleans_up = tokenizer.decode(probe) != tokenizer.backend_tokenizer.decode(probe)
     for name, off in UNSUPPORTED_WHEN_SET.items():
         value = getattr(config, name, off)
         if value not in (off, None) and not (off is None and value is False):
@@ -95,8 +102,6 @@ def pipeline_generation(folder: Path) -> tuple[dict, dict]:
     if isinstance(config.temperature, (list, tuple)):
         raise UserError(f"{folder}'s generation config sets a temperature fallback list; remove temperature")
     lang_ids = sorted(getattr(config, "lang_to_id", {}).values())
-    tokenizer = asr.tokenizer
-    probe = tokenizer.encode(" a . b", add_special_tokens=False)
     generation = {
         "init_tokens": [None if token == -1 else token for token in init],
         "language_ids": lang_ids,
@@ -123,8 +128,7 @@ def pipeline_generation(folder: Path) -> tuple[dict, dict]:
         "timestamp_begin": id_of("<|notimestamps|>") + 1,
         "prompt_token_id": id_of("<|startofprev|>"),
         "decoder_start_token_id": id_of("<|startoftranscript|>"),
-        # transformers 5 skips the clean-up for BPE tokenizers whatever the config says: probe what it does.
-        "clean_up_tokenization_spaces": tokenizer.decode(probe) != tokenizer.backend_tokenizer.decode(probe),
+        "clean_up_tokenization_spaces": cleans_up,
     }
     mel_filters = np.asarray(asr.feature_extractor.mel_filters, np.float32)
     del asr, model
@@ -199,7 +203,7 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
     genai_precision = "fp16" if precision == "fp16" else "fp32"
     encoder, decoder = build_genai_whisper(folder, work / "genai", genai_precision)
     config = json.loads((folder / "config.json").read_text())
-    for name, source in (("encoder.onnx", encoder), ("decoder.onnx", decoder)):
+    for name, source in zip(GRAPH_FILES, (encoder, decoder)):
         graph = onnx.load(str(source))
         if precision == "int8":
             graph = quantize_int8_dynamic(graph, work / f"int8-{name}")
@@ -232,6 +236,12 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
         raise UserError(f"{folder}/preprocessor_config.json sets dither; the recogniser's features are deterministic")
     write_json(asr_dir / MANIFEST_NAME, manifest)
     return asr_dir
+
+
+def planned_files() -> list[str]:
+    """What a recogniser build may write, relative to the build folder (before building: for refusing early)."""
+    names = [n for graph in GRAPH_FILES for n in (graph, f"{graph}.data")] + list(OTHER_FILES) + [MANIFEST_NAME]
+    return [f"{ASR_DIR}/{name}" for name in names]
 
 
 def written_files(asr_dir: Path) -> list[str]:

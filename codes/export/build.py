@@ -1,9 +1,11 @@
 """One build: checkpoint -> ONNX graphs -> manifest, owning exactly the files it writes.
 
-The build is staged in full beside the output, then its files are moved into place with
-the manifests last. Rebuilding replaces only a previous build's own files (those its
-manifests list): nested builds, the user's files and, when only the backbone is rebuilt,
-the codec folder are never touched. A file the build would overwrite that no build of ours
+A build has up to three parts: the backbone (the step's graphs and the tokenizer), the Higgs
+codec (audio_tokenizer/) and the recogniser (asr/); the codec and the recogniser carry manifests
+of their own. The build is staged in full beside the output, then its files are moved into place
+with the manifests last. Rebuilding replaces only a previous build's own files (those its
+manifests list) of the parts it rebuilds: nested builds, the user's files and the parts not
+rebuilt are never touched. A file the build would overwrite that no build of ours
 wrote is refused unless --overwrite. A failed or interrupted build leaves the previous one
 as it was; the staging folder a killed build leaves is removed by the next build beside it.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.quiet import library_output
+from codes.export import asr_build
 from codes.export.checkpoint import Checkpoint, load_omnivoice
 from codes.export.codec_build import build_codec
 from codes.export.glue import build_glue
@@ -30,6 +33,7 @@ from codes.export.profiles import Profile
 from codes.export.staging import PREVIOUS, make_staging, remove_stale
 from codes.export.submodels import BACKBONE_GRAPHS, CODEC_GRAPHS, SCORING_GRAPHS
 from codes.runtime import specs
+from codes.runtime.asr import FORMAT as ASR_FORMAT, MANIFEST_NAME as ASR_MANIFEST_NAME
 from codes.runtime.manifest import CODEC_KIND, FORMAT, MANIFEST_NAME
 
 LLM_EXPORTS = ("genai", "torch")
@@ -37,28 +41,80 @@ LLM_EXPORTS = ("genai", "torch")
 # multiples of 16; it fails at the first synthesis step otherwise.
 GQA_HEAD_SIZE_MULTIPLE = 16
 CODEC_MANIFEST = f"{specs.HIGGS_DIR}/{MANIFEST_NAME}"
+ASR_MANIFEST = f"{specs.ASR_DIR}/{ASR_MANIFEST_NAME}"
+PARTS = ("backbone", "codec", "asr")
+
+
+def part_of(name: str) -> str:
+    """Which part of a build a file (relative to the build folder) belongs to."""
+    folder = name.split("/", 1)[0] if "/" in name else None
+    return {specs.HIGGS_DIR: "codec", specs.ASR_DIR: "asr"}.get(folder, "backbone")
 
 
 @dataclass
 class BuildRequest:
-    checkpoint: Checkpoint
+    checkpoint: Checkpoint | None  # None: a recogniser-only build, which reads no OmniVoice checkpoint
     profile: Profile
     output: Path
     llm_export: str | None = None  # None: the profile's default (or torch where genai cannot run)
     include_higgs: bool = False
     higgs_only: bool = False
     higgs_precision: str | None = None  # None: the profile's codec precision
+    include_asr: bool = False
+    asr_only: bool = False
+    asr_model: str = asr_build.DEFAULT_ASR_MODEL
+    asr_precision: str | None = None  # None: the profile's (asr_build.profile_precision)
     overwrite: bool = False
     log: object = print
     timings: dict = field(default_factory=dict)
 
     @property
     def builds_backbone(self) -> bool:
-        return not self.higgs_only
+        return not (self.higgs_only or self.asr_only)
 
     @property
     def builds_codec(self) -> bool:
         return self.include_higgs or self.higgs_only
+
+    @property
+    def builds_asr(self) -> bool:
+        return self.include_asr or self.asr_only
+
+    def rebuilds(self, part: str) -> bool:
+        return {"backbone": self.builds_backbone, "codec": self.builds_codec, "asr": self.builds_asr}[part]
+
+    @property
+    def codec_precision(self) -> str:
+        return self.profile.with_codec(self.higgs_precision).precision["codec"]
+
+    @property
+    def recogniser_precision(self) -> str:
+        return asr_build.profile_precision(self.profile.name, self.asr_precision)
+
+    def summary(self) -> str:
+        """What the build holds, in a few words: the profile, or the parts built alone."""
+        if self.builds_backbone:
+            return self.profile.name
+        parts = ([f"codec {self.codec_precision}"] * self.builds_codec
+                 + [f"recogniser {self.recogniser_precision}"] * self.builds_asr)
+        return " and ".join(parts) + " only"
+
+
+def resolve_inputs(request: BuildRequest, model: str) -> None:
+    """Check what the build reads before anything is built, and fill in the checkpoint (a recogniser
+    alone reads none) and the default output folder."""
+    from codes.export.checkpoint import resolve_checkpoint
+    from codes.runtime.manifest import default_asr_dir, default_build_dir, default_codec_dir
+
+    if request.builds_asr:
+        asr_build.resolve_whisper(request.asr_model)
+    if request.builds_backbone or request.builds_codec:
+        request.checkpoint = resolve_checkpoint(model, need_backbone=request.builds_backbone,
+                                                need_higgs=request.builds_codec)
+    if request.output is None:
+        request.output = (default_build_dir(request.profile.name) if request.builds_backbone
+                          else default_codec_dir(request.codec_precision) if request.builds_codec
+                          else default_asr_dir(request.recogniser_precision))
 
 
 @dataclass
@@ -67,26 +123,30 @@ class Previous:
 
     top: dict | None = None  # the build's manifest, if it is ours
     codec: dict | None = None  # audio_tokenizer/'s own manifest, if it is ours
+    asr: dict | None = None  # asr/'s own manifest, if it is ours
     owned: set = field(default_factory=set)
 
     @classmethod
     def read(cls, output: Path) -> Previous:
-        previous = cls(top=_our_manifest(output / MANIFEST_NAME), codec=_our_manifest(output / CODEC_MANIFEST))
+        previous = cls(top=_our_manifest(output / MANIFEST_NAME), codec=_our_manifest(output / CODEC_MANIFEST),
+                       asr=_our_manifest(output / ASR_MANIFEST, ASR_FORMAT))
         if previous.top is not None:
             previous.owned |= {MANIFEST_NAME, *previous.top.get("files", {})}
         if previous.codec is not None and previous.codec.get("kind") == CODEC_KIND:
             previous.owned |= {CODEC_MANIFEST, *(f"{specs.HIGGS_DIR}/{n}" for n in previous.codec.get("files", {}))}
         else:
             previous.codec = None
+        if previous.asr is not None:
+            previous.owned |= set(asr_build.written_files(output / specs.ASR_DIR))
         return previous
 
 
-def _our_manifest(path: Path) -> dict | None:
+def _our_manifest(path: Path, kind: str = FORMAT) -> dict | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
+    return data if isinstance(data, dict) and data.get("format") == kind else None
 
 
 def build(request: BuildRequest) -> Path:
@@ -118,16 +178,25 @@ def build(request: BuildRequest) -> Path:
             codec_section = json.loads((staging / CODEC_MANIFEST).read_text())["codec"]
         else:
             codec_section = previous.codec["codec"] if previous.codec else None
+        asr_files = []
+        if request.builds_asr:
+            asr_files = _build_asr(request, staging, work)
+            asr_section = asr_build.manifest_section(staging / specs.ASR_DIR)
+        else:
+            asr_section = asr_build.manifest_section(output / specs.ASR_DIR) if previous.asr else None
         body.update(_describe(request, profile))
-        body.pop("higgs_tokenizer", None)
+        for key in ("higgs_tokenizer", "asr"):
+            body.pop(key, None)
         if codec_section is not None:
             body["higgs_tokenizer"] = {"models_dir": specs.HIGGS_DIR, **codec_section}
+        if asr_section is not None:
+            body["asr"] = asr_section
         hashes = None  # a backbone build hashes what it wrote; a codec-only one keeps the backbone's hashes
         if not request.builds_backbone:
             kept = (previous.top or {}).get("files", {}) if body.get("backbone") else {}
-            hashes = {name: digest for name, digest in kept.items() if not name.startswith(f"{specs.HIGGS_DIR}/")}
+            hashes = {name: digest for name, digest in kept.items() if part_of(name) == "backbone"}
         write_manifest(staging, body, backbone_files, hashes)
-        written = backbone_files + codec_files + [MANIFEST_NAME]
+        written = backbone_files + codec_files + asr_files + [MANIFEST_NAME]
         _check_collisions(output, written, previous, request.overwrite)
         _install(staging, output, written, _stale(previous, written, request))
     finally:
@@ -174,6 +243,8 @@ def _planned_files(request: BuildRequest) -> list[str]:
     if request.builds_codec:
         names += [f"{specs.HIGGS_DIR}/{n}" for entry in CODEC_GRAPHS
                   for n in (entry.spec.filename, entry.spec.filename + ".data")] + [CODEC_MANIFEST]
+    if request.builds_asr:
+        names += asr_build.planned_files()
     return names
 
 
@@ -195,9 +266,7 @@ def _check_collisions(output: Path, names: list[str], previous: Previous, overwr
 
 def _stale(previous: Previous, written: list[str], request: BuildRequest) -> list[str]:
     """Files of the previous build of a rebuilt part that the new build no longer writes."""
-    codec_prefix = f"{specs.HIGGS_DIR}/"
-    rebuilt = [name for name in previous.owned
-               if (request.builds_codec if name.startswith(codec_prefix) else request.builds_backbone)]
+    rebuilt = [name for name in previous.owned if request.rebuilds(part_of(name))]
     return sorted(set(rebuilt) - set(written))
 
 
@@ -297,6 +366,13 @@ def _build_codec(request: BuildRequest, profile: Profile, staging: Path, work: P
     return [f"{specs.HIGGS_DIR}/{name}" for name in files] + [CODEC_MANIFEST]
 
 
+def _build_asr(request: BuildRequest, staging: Path, work: Path) -> list[str]:
+    """The recogniser folder, staged with its own manifest; returns its files relative to the build."""
+    asr_dir = _timed(request, "asr", asr_build.build_asr, request.asr_model, staging, request.recogniser_precision,
+                     work / "asr")
+    return asr_build.written_files(asr_dir)
+
+
 def _graph_entry(path: Path, folder: Path, precision: str, built_with: str) -> dict:
     inputs, outputs, opsets = graph_io(path)
     files = files_of(path)
@@ -336,11 +412,7 @@ def _describe(request: BuildRequest, profile: Profile) -> dict:
     """What every manifest of this build says about where it came from and how to run it."""
     from codes.runtime.settings import GenerationSettings
 
-    ckpt_id = request.checkpoint.identity
-    model_id = ckpt_id.get("repo_id") or (ckpt_id["kind"] if ckpt_id.get("kind") != "local" else request.checkpoint.path.name)
     describe = {
-        "model_id": model_id,
-        "source": ckpt_id,
         "audio": {
             "num_codebooks": specs.NUM_CODEBOOKS,
             "audio_vocab_size": specs.AUDIO_VOCAB_SIZE,
@@ -357,9 +429,16 @@ def _describe(request: BuildRequest, profile: Profile) -> dict:
             "per_step_pipeline": [spec.key for spec in (*specs.BACKBONE_SPECS, specs.SCORING)],
         },
     }
-    if request.builds_backbone:  # a codec-only rebuild keeps the backbone's profile and timings
+    if request.checkpoint is not None:  # a recogniser-only build reads no OmniVoice checkpoint
+        ckpt_id = request.checkpoint.identity
+        describe["model_id"] = ckpt_id.get("repo_id") or (ckpt_id["kind"] if ckpt_id.get("kind") != "local"
+                                                           else request.checkpoint.path.name)
+        describe["source"] = ckpt_id
+    if request.builds_backbone:  # a codec or recogniser rebuild keeps the backbone's profile and timings
         describe.update({"profile": profile.name, "execution_provider": profile.execution_provider,
                          "build_seconds": dict(request.timings)})
     else:
-        describe["codec_build_seconds"] = dict(request.timings)
+        for key, part in (("higgs", "codec"), ("asr", "asr")):
+            if key in request.timings:
+                describe[f"{part}_build_seconds"] = {key: request.timings[key]}
     return describe

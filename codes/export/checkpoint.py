@@ -67,7 +67,7 @@ def check_layout(path: Path, need_backbone: bool = True, need_higgs: bool = Fals
             )
 
 
-def _resolve_hub(repo_id: str) -> Path:
+def _resolve_hub(repo_id: str, flag: str = "--model") -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
@@ -76,7 +76,7 @@ def _resolve_hub(repo_id: str) -> Path:
     except (LocalEntryNotFoundError, FileNotFoundError, OSError) as exc:
         raise UserError(
             f"'{repo_id}' is neither a local folder nor in the local Hugging Face cache "
-            "(this toolkit never downloads); pass a local checkpoint directory with --model DIR"
+            f"(this toolkit never downloads); pass a local checkpoint directory with {flag} DIR"
         ) from exc
 
 

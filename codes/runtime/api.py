@@ -99,7 +99,7 @@ class VoiceClonePrompt:
 # attention were fixed when the build was made.
 _NO_EFFECT = {"attn_implementation", "low_cpu_mem_usage", "trust_remote_code", "revision", "cache_dir",
               "local_files_only", "force_download", "token", "use_safetensors", "variant", "subfolder",
-              "train", "asr_model_name", "asr_device"}
+              "train"}
 
 
 class OmniVoice:
@@ -112,19 +112,20 @@ class OmniVoice:
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, device_map=None, dtype=None, torch_dtype=None,
-                        load_asr: bool = False, higgs_dir=None, threads: int | None = None, **kwargs) -> OmniVoice:
+                        load_asr: bool = False, asr_model_name: str | None = None, asr_device=None, higgs_dir=None,
+                        asr_dir=None, threads: int | None = None, **kwargs) -> OmniVoice:
         """A build folder from optimize.py (the model path upstream takes is a checkpoint: build it first).
 
         device_map: "cpu", "cuda"/"cuda:0", "auto" or None (the build's own provider). dtype: only what
         the build holds ("auto", or its precision). Upstream's loading arguments that choose nothing
         here are accepted; an argument neither upstream nor we know is a warning, as it would be ignored.
-        Ours: higgs_dir (a codec elsewhere), threads (ONNX Runtime's intra-op threads)."""
+        The recogniser (a clip without ref_text) is the one the build holds (optimize.py --include-asr), or
+        asr_dir's: load_asr loads it now rather than on first use, asr_model_name must name the model it was
+        built from, asr_device is where it runs (as device_map). Ours: higgs_dir (a codec elsewhere), asr_dir
+        (a recogniser elsewhere), threads (ONNX Runtime's intra-op threads)."""
         if args:
             raise UserError(f"from_pretrained takes the model path and keyword arguments, got {len(args)} more "
                             "positional argument(s)")
-        if load_asr:
-            raise UserError("this build has no recogniser, so load_asr cannot load one; give each clip its "
-                            "transcript (ref_text)")
         folder = Path(pretrained_model_name_or_path)
         if (folder / "config.json").is_file() and not (folder / "omnivoice_manifest.json").is_file():
             raise UserError(f"{folder} is an upstream checkpoint; build it first with "
@@ -132,9 +133,33 @@ class OmniVoice:
         unknown = sorted(set(kwargs) - _NO_EFFECT)
         if unknown:
             logger.warning("from_pretrained: ignored argument(s) %s", ", ".join(unknown))
-        engine = OmniVoiceOnnx(folder, higgs_dir=higgs_dir, provider=_provider(device_map), threads=threads)
+        engine = OmniVoiceOnnx(folder, higgs_dir=higgs_dir, provider=_provider(device_map), threads=threads,
+                               asr_dir=asr_dir, asr_provider=_provider(asr_device))
         _check_dtype(dtype if dtype is not None else torch_dtype, engine)
-        return cls(engine)
+        model = cls(engine)
+        if asr_model_name is not None and engine.has_recogniser:
+            _check_asr_model(asr_model_name, engine)
+        if load_asr:
+            model.load_asr_model(asr_model_name)
+        return model
+
+    def load_asr_model(self, model_name: str | None = None, device=None) -> None:
+        """Load the build's recogniser now (it otherwise loads on first use). model_name must be the Whisper it
+        was built from; device, where it runs, counts only before it is loaded."""
+        engine = self.engine
+        if not engine.has_recogniser:
+            raise UserError(f"{engine.manifest.folder} has no recogniser to load: build one with `python optimize.py "
+                            "--include-asr` (or pass asr_dir=), or give each clip its transcript (ref_text)")
+        if model_name is not None:
+            _check_asr_model(model_name, engine)
+        engine.load_recogniser(_provider(device))
+
+    def transcribe(self, audio) -> str:
+        """Upstream's transcribe: a file path or (waveform, sample_rate), as it is (no preparation), to text."""
+        from codes.runtime.audio import read_audio
+
+        wav, rate = read_audio(audio) if isinstance(audio, (str, Path)) else _clip(audio)
+        return self.engine.load_recogniser().transcribe(wav, rate)
 
     def supported_language_ids(self) -> set[str]:
         return set(LANGUAGE_IDS)
@@ -196,6 +221,19 @@ def _clip(ref_audio):
         waveform, sample_rate = ref_audio
         return _to_numpy(waveform).astype(np.float32, copy=False), int(sample_rate)
     raise UserError(f"ref_audio must be a file path or a (waveform, sample_rate) tuple, got {type(ref_audio).__name__}")
+
+
+def _check_asr_model(name: str, engine: OmniVoiceOnnx) -> None:
+    """asr_model_name names the model the recogniser was built from (its hub id or name, or its folder)."""
+    from codes.runtime.asr import read_asr_manifest
+
+    folder = engine.recogniser_dir()
+    source = read_asr_manifest(folder)["source"]
+    built_from = source.get("asr_model")
+    if name == built_from or (source.get("path") and Path(name).resolve() == Path(source["path"]).resolve()):
+        return
+    raise UserError(f"asr_model_name {name!r}: the recogniser in {folder} was built from {built_from!r}; build that "
+                    f"model's with `python optimize.py --include-asr --asr-model {name}`, or leave asr_model_name out")
 
 
 def _provider(device_map) -> str | None:

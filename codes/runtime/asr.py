@@ -12,7 +12,6 @@ transformers' granularity so each can be tested against its twin (tests/runtime/
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.common.fileio import sha256_file
+from codes.common.fileio import read_json_object, sha256_file
 from codes.runtime.audio import resample, to_mono
 
 MANIFEST_NAME = "asr_manifest.json"
@@ -299,12 +298,7 @@ class Recogniser:
         from tokenizers import Tokenizer
 
         self.folder = Path(folder)
-        manifest_path = self.folder / MANIFEST_NAME
-        if not manifest_path.is_file():
-            raise UserError(f"{self.folder} has no {MANIFEST_NAME}; build the recogniser with optimize.py --include-asr")
-        manifest = json.loads(manifest_path.read_text())
-        if manifest.get("format") != FORMAT:
-            raise UserError(f"{manifest_path} is not an omnivoice-onnx recogniser manifest; rebuild with --include-asr")
+        manifest = read_asr_manifest(self.folder)
         if provider not in ("cpu", "cuda"):
             raise UserError(f"provider {provider!r} is not supported; use cpu or cuda")
         self.manifest = manifest
@@ -474,8 +468,19 @@ class Recogniser:
         return self.text_of(self.generate(self.features_of(waveform, int(sample_rate)))).strip()
 
 
+def read_asr_manifest(folder) -> dict:
+    """A recogniser folder's asr_manifest.json, checked to be one; every problem is a one-line UserError."""
+    path = Path(folder) / MANIFEST_NAME
+    if not path.is_file():
+        raise UserError(f"{folder} has no {MANIFEST_NAME}; build the recogniser with optimize.py --include-asr")
+    manifest = read_json_object(path, "rebuild the recogniser with optimize.py --include-asr")
+    if manifest.get("format") != FORMAT:
+        raise UserError(f"{path} is not an omnivoice-onnx recogniser manifest; rebuild with --include-asr")
+    return manifest
+
+
 def seconds_limit(folder) -> float:
     """The longest clip a recogniser folder takes, in seconds."""
-    features = json.loads((Path(folder) / MANIFEST_NAME).read_text())["features"]
+    features = read_asr_manifest(folder)["features"]
     return features["n_samples"] / features["sampling_rate"]
 

@@ -459,21 +459,20 @@ def post_process(
     return fade_and_pad(wav, settings.pad_duration, settings.fade_duration, sample_rate)
 
 
-def preprocess_reference(
+def clean_reference(
     wav: np.ndarray,
     sample_rate: int,
     preprocess_prompt: bool = True,
     ref_text_known: bool = True,
     target_rate: int = SAMPLE_RATE,
-    hop_length: int = HOP_LENGTH,
 ) -> tuple[np.ndarray, float]:
-    """(waveform ready for the codec encoder, ref_rms), as upstream's `create_voice_clone_prompt`.
+    """(24 kHz waveform, ref_rms): upstream's `create_voice_clone_prompt` up to where it transcribes.
 
     Mono, resampled to 24 kHz; ref_rms is measured there, and a quieter
     reference is raised to RMS 0.1. With preprocess_prompt, silences are
     shortened (inner 200 ms, lead 100 ms, trail 200 ms); references over 20 s
     are cut at a pause only when there is no transcript (`ref_text_known`
-    False), since a cut would no longer match it. Finally cut to whole hops.
+    False), since a cut would no longer match it.
     """
     wav = resample(to_mono(wav), sample_rate, target_rate)
     ref_rms = rms(wav)
@@ -493,7 +492,13 @@ def preprocess_reference(
             "reference audio is %.1f s long (> 20 s): generation is slower and cloning worse; 3-10 s works best",
             duration,
         )
+    return wav, ref_rms
+
+
+def whole_hops(wav: np.ndarray, hop_length: int = HOP_LENGTH, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """The reference cut to whole codec hops, as upstream does before encoding; nothing left is an error."""
     wav = cut_to_hops(wav, hop_length)
     if len(wav) == 0:
-        raise UserError(f"reference audio is shorter than one codec frame ({hop_length} samples at {target_rate} Hz)")
-    return wav, ref_rms
+        raise UserError(f"reference audio is shorter than one codec frame ({hop_length} samples at {sample_rate} Hz)")
+    return wav
+

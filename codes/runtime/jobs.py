@@ -29,7 +29,7 @@ class Utterance:
     instruct: str | None = None
     duration: float | None = None
     speed: float | None = None
-    ref_audio: Path | None = None  # this line's own clip to clone (with ref_text), over --ref_audio/--voice
+    ref_audio: Path | None = None  # this line's own clip to clone (with ref_text, if any), over --ref_audio/--voice
     ref_text: str | None = None
 
 
@@ -109,11 +109,8 @@ def _utterance(path: Path, number: int, record: dict, folder: Path, index: int) 
     name = record.pop("output", None) or (f"{row_id}.wav" if row_id else f"{index:04d}.wav")
     if Path(name).name != name or name.startswith(".") or name in ("", ".."):
         raise UserError(f"{where}: output name {name!r} is not a plain file name; the files go into --output")
-    if record.get("ref_audio"):
+    if record.get("ref_audio"):  # without "ref_text", the build's recogniser transcribes it
         record["ref_audio"] = path.parent / record["ref_audio"]
-        if not record.get("ref_text"):
-            raise UserError(f'{where}: "ref_audio" needs "ref_text", its transcript: offline transcription is not '
-                            "available")
     elif record.get("ref_text"):
         raise UserError(f'{where}: "ref_text" needs "ref_audio", the clip it transcribes')
     return Utterance(output=folder / name, language=language or language_id, **record)

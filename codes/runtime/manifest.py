@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codes.common.errors import UserError
-from codes.common.fileio import sha256_file
+from codes.common.fileio import read_json_object, sha256_file
+from codes.runtime.asr import MANIFEST_NAME as ASR_MANIFEST_NAME
 from codes.runtime.specs import CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
 
 MANIFEST_NAME = "omnivoice_manifest.json"
@@ -34,6 +35,10 @@ def default_codec_dir(precision: str) -> Path:
     return Path("models") / f"higgs-{precision}"
 
 
+def default_asr_dir(precision: str) -> Path:
+    return Path("models") / f"asr-{precision}"
+
+
 @dataclass
 class Manifest:
     """A build folder's manifest: ours, or the recipe's schema (a published folder: no hashes, and an
@@ -52,6 +57,11 @@ class Manifest:
     def higgs(self) -> dict | None:
         """The codec section (the recipe's `higgs_tokenizer`), if the folder holds a codec."""
         return self.data.get("higgs_tokenizer")
+
+    @property
+    def asr(self) -> dict | None:
+        """The recogniser section (optimize.py --include-asr), if the folder holds one."""
+        return self.data.get("asr")
 
     @property
     def is_codec(self) -> bool:
@@ -93,6 +103,21 @@ class Manifest:
             raise UserError(f"{codec.folder} is not a codec build; rebuild it with optimize.py --higgs-only")
         return codec.codec()
 
+    def recogniser(self) -> Path:
+        """The recogniser's folder, its manifest checked against the sha256 this manifest recorded (the
+        recogniser checks its own files' hashes when it loads)."""
+        if not self.asr:
+            raise UserError(f"{self.folder} holds no recogniser: build one with `python optimize.py --include-asr` "
+                            "(or --asr-only), or point at a build holding one with --asr_dir")
+        folder = self.folder / self.asr["models_dir"]
+        path = folder / self.asr["manifest"]
+        if not path.is_file():
+            raise UserError(f"{self.folder} is missing {path.relative_to(self.folder)}, which its manifest lists; "
+                            "re-copy the folder or rebuild it with optimize.py --include-asr")
+        if sha256_file(path) != self.asr["manifest_sha256"]:
+            raise UserError(f"{path} does not match its sha256 in {MANIFEST_NAME}; rebuild with optimize.py --include-asr")
+        return folder
+
     def identity(self) -> str:
         """A short id of the graphs this build runs: from the files' sha256 where the manifest has them,
         else (a published folder) from the graph files' names, sizes and times."""
@@ -126,12 +151,7 @@ def read_manifest(folder: str | Path, verify: bool = True) -> Manifest:
         raise UserError(f"model folder {folder} does not exist; build one with optimize.py --output {folder}")
     if not path.is_file():
         raise UserError(f"{folder} has no {MANIFEST_NAME}; it is not an omnivoice-onnx build (make one with optimize.py)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path} is not valid JSON ({exc}); rebuild the folder with optimize.py") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} is not a manifest (a JSON object); rebuild the folder with optimize.py")
+    data = read_json_object(path, "rebuild the folder with optimize.py")
     if "format" not in data and isinstance(data.get("backbone"), dict):
         return Manifest(folder, _from_recipe_schema(path, data), RECIPE_SCHEMA)
     if data.get("format") != FORMAT:
@@ -167,6 +187,17 @@ def _from_recipe_schema(path: Path, data: dict) -> dict:
         normalized["higgs_tokenizer"] = {**CODEC_FACTS, **higgs,
                                          "sub_models": entries(higgs["sub_models"], "higgs_tokenizer.sub_models")}
     return normalized
+
+
+def recogniser_folder(path: str | Path) -> Path:
+    """--asr_dir: a recogniser folder (asr/, holding asr_manifest.json) or a build holding one."""
+    path = Path(path)
+    if (path / ASR_MANIFEST_NAME).is_file():
+        return path
+    if not (path / MANIFEST_NAME).is_file():
+        raise UserError(f"{path} holds no recogniser (neither {ASR_MANIFEST_NAME} nor {MANIFEST_NAME}); point --asr_dir at "
+                        "a build made with optimize.py --include-asr or --asr-only, or at its asr/ folder")
+    return read_manifest(path).recogniser()
 
 
 def find_builds(model_dir: str | Path | None, higgs_dir: str | Path | None) -> tuple[Path, Path | None]:

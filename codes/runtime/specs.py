@@ -103,6 +103,8 @@ BACKBONE_SPECS = (EMBEDDINGS, BACKBONE, HEADS)
 
 # The Higgs Audio V2 codec, split where the ONNX graphs stay length-agnostic.
 HIGGS_DIR = "audio_tokenizer"
+# The recogniser (Whisper's encoder and decoder, codes/runtime/asr.py), beside it in a build.
+ASR_DIR = "asr"
 
 ACOUSTIC_ENCODER = SubModelSpec(
     key="acoustic_encoder",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from codes.runtime.decoding import NoiseSource, ScoreFn, item_noises, iterative_
 from codes.runtime.duration import estimate_target_tokens, resolve_target_len
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
-from codes.runtime.manifest import read_manifest
+from codes.runtime.manifest import read_manifest, recogniser_folder
 from codes.runtime.normalize import normalize_text as normalize
 from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
 from codes.runtime.probe import CAUSAL_ADVICE
@@ -43,6 +44,9 @@ STEPS = ("device", "graph", "numpy")
 # §step-on-device). On the CPU every tensor is on the host anyway, and numpy's maths on the cells it
 # needs costs least; on CUDA the step stays on the device.
 DEFAULT_STEP = {"cpu": "numpy", "cuda": "device"}
+NO_RECOGNISER = ("a reference clip needs its transcript (ref_text, --ref_text) unless the build has a recogniser, and "
+                 "{folder} has none: pass the transcript, or build one with `python optimize.py --include-asr` "
+                 "(or point --asr_dir at a build holding one)")
 
 
 @dataclass
@@ -119,7 +123,7 @@ class Request:
 class OmniVoiceOnnx:
     def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str | None = None,
                  threads: int | None = None, profile_dir: Path | None = None, backbone: str | Path | None = None,
-                 step: str | None = None):
+                 step: str | None = None, asr_dir: str | Path | None = None, asr_provider: str | None = None):
         """provider: cpu or cuda; None follows the build (a gpu build runs on CUDA where ONNX Runtime offers it).
 
         backbone: a backbone graph to use instead of the folder's (a bidirectional re-export, say).
@@ -131,12 +135,16 @@ class OmniVoiceOnnx:
           "numpy":  the graphs joined on the host, cells scored in numpy: the reference.
         Published folders have neither glue nor scoring graphs, and run "numpy".
         profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.checks.bench reads it).
+        asr_dir: the recogniser, for clips given without their transcript: a recogniser folder or a build
+        holding one (None: the model folder's, if it has one); asr_provider: where it runs (None: provider).
         """
         self.manifest = read_manifest(model_dir)
         if self.manifest.is_codec or (not self.manifest.sub_models and self.manifest.higgs):
             raise UserError(
                 f"{model_dir} holds only a Higgs codec; pass it as --higgs_dir and a backbone build as --model_dir"
             )
+        if not self.manifest.sub_models and self.manifest.asr:
+            raise UserError(f"{model_dir} holds only a recogniser; pass it as --asr_dir and a backbone build as --model_dir")
         if backbone is None and self.manifest.attention not in ("bidirectional", "unknown"):
             raise UserError(f"{model_dir} holds a {self.manifest.attention} backbone: {CAUSAL_ADVICE}")
         if step is not None and step not in STEPS:
@@ -164,6 +172,12 @@ class OmniVoiceOnnx:
         self.defaults = GenerationSettings()
         self._higgs_dir = Path(higgs_dir) if higgs_dir else None
         self._codec = None
+        self._asr_dir = Path(asr_dir) if asr_dir else None
+        if self._asr_dir is not None:
+            self.recogniser_dir()  # a wrong asr_dir fails here, not at the first clip without a transcript
+        self._asr_provider = asr_provider
+        self._recogniser = None
+        self._recogniser_lock = threading.Lock()  # the server loads it from whichever pool thread asks first
         self.sample_rate = SAMPLE_RATE
 
     # --- the codec, loaded on first use (code-only generation never needs it) -----------------
@@ -177,6 +191,28 @@ class OmniVoiceOnnx:
             folder, section = holder.codec()
             self._codec = HiggsCodec(folder, section, providers=providers_for(self.provider), threads=self.threads)
         return self._codec
+
+    # --- the recogniser, loaded on first use (clips with their transcripts never need it) --------
+
+    @property
+    def has_recogniser(self) -> bool:
+        """Whether a clip may come without its transcript (the build holds a recogniser, or asr_dir names one)."""
+        return self._asr_dir is not None or self.manifest.asr is not None
+
+    def recogniser_dir(self) -> Path:
+        """The recogniser's folder: asr_dir's, else the build's (a one-line UserError where there is none)."""
+        return recogniser_folder(self._asr_dir) if self._asr_dir is not None else self.manifest.recogniser()
+
+    def load_recogniser(self, provider: str | None = None):
+        """The recogniser (codes/runtime/asr.py), loaded and its files' hashes checked on the first call, on
+        `provider` (default: asr_provider, else the engine's); later calls return that one."""
+        with self._recogniser_lock:
+            if self._recogniser is None:
+                from codes.runtime.asr import Recogniser
+
+                provider = provider or self._asr_provider or self.provider
+                self._recogniser = Recogniser(self.recogniser_dir(), provider=provider, threads=self.threads)
+        return self._recogniser
 
     # --- one step: embeddings -> backbone -> heads -> cell scores --------------------------------
 
@@ -252,21 +288,39 @@ class OmniVoiceOnnx:
 
     # --- voices ----------------------------------------------------------------------------------
 
-    def create_voice(self, ref_audio, ref_text: str | None, preprocess_prompt: bool = True) -> Voice:
-        """Reference audio (a path or (waveform, sample_rate)) + transcript -> a reusable Voice."""
-        if not ref_text or not ref_text.strip():
-            raise UserError("a reference clip needs its transcript (--ref_text): offline transcription is not available")
-        if isinstance(ref_audio, (str, Path)):
-            wav, rate = audio_ops.read_audio(ref_audio)
-        else:
-            wav, rate = ref_audio
-        wav, ref_rms = audio_ops.preprocess_reference(np.asarray(wav, dtype=np.float32), rate, preprocess_prompt)
-        codes = self.codec.encode(wav, SAMPLE_RATE)
-        return Voice(codes, add_punctuation(ref_text) if preprocess_prompt else ref_text, ref_rms)
+    def prepare_reference(self, ref_audio, ref_text: str | None = None,
+                          preprocess_prompt: bool = True) -> tuple[np.ndarray, float, str]:
+        """(24 kHz waveform in whole codec hops, ref_rms, transcript as a voice keeps it) for a reference clip:
+        upstream's `create_voice_clone_prompt` up to the codec, in its order, and the one path every clip
+        takes. Without a transcript (None or blank) the clip is prepared as any other (resampled, a quiet
+        one raised), then, with preprocess_prompt, trimmed when over 20 s and its silences shortened, and
+        that waveform is transcribed; the text, given or heard, then gets its end punctuation."""
+        needs_text = ref_text is None or not ref_text.strip()
+        if needs_text and not self.has_recogniser:
+            raise UserError(NO_RECOGNISER.format(folder=self.manifest.folder))
+        wav, rate = audio_ops.read_audio(ref_audio) if isinstance(ref_audio, (str, Path)) else ref_audio
+        wav, ref_rms = audio_ops.clean_reference(np.asarray(wav, dtype=np.float32), rate, preprocess_prompt,
+                                                 ref_text_known=not needs_text)
+        hops = audio_ops.whole_hops(wav)  # too short for the codec: refused before it is transcribed
+        if needs_text:
+            ref_text = self.load_recogniser().transcribe(wav, SAMPLE_RATE)
+            if not ref_text:
+                raise UserError("the recogniser heard no words in the reference clip; pass its transcript (ref_text)")
+        return hops, ref_rms, add_punctuation(ref_text) if preprocess_prompt else ref_text
+
+    def transcribe_reference(self, ref_audio, preprocess_prompt: bool = True) -> str:
+        """The transcript a clip given without one gets: the text `create_voice(ref_audio)` keeps."""
+        return self.prepare_reference(ref_audio, None, preprocess_prompt)[2]
+
+    def create_voice(self, ref_audio, ref_text: str | None = None, preprocess_prompt: bool = True) -> Voice:
+        """Reference audio (a path or (waveform, sample_rate)) and its transcript (None: the recogniser's)
+        -> a reusable Voice."""
+        wav, ref_rms, text = self.prepare_reference(ref_audio, ref_text, preprocess_prompt)
+        return Voice(self.codec.encode(wav, SAMPLE_RATE), text, ref_rms)
 
     def create_voices(self, ref_audio, ref_text, preprocess_prompt: bool = True) -> Voice | list[Voice | None]:
-        """create_voice for one clip, or for each of a list of clips (with one transcript each); a None
-        clip in the list is an item without a voice. A clip listed twice is encoded once."""
+        """create_voice for one clip, or for each of a list of clips (with one transcript, or None, each); a
+        None clip in the list is an item without a voice. A clip listed twice is encoded once."""
         if not isinstance(ref_audio, list):
             return self.create_voice(ref_audio, ref_text, preprocess_prompt)
         texts = _per_item(ref_text, len(ref_audio), "ref_text")

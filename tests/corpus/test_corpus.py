@@ -21,7 +21,7 @@ import pytest
 import soundfile
 
 from helpers.scripts import ROOT, last_error_line, run_script
-from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
+from helpers.synthesis_inputs import ASR_ONLY, FP32_BUILD, REF_TEXT, reference_clip, write_clip
 
 from codes.common.errors import UserError
 from codes.corpus.rows import RowError, check_id, row_seed
@@ -520,6 +520,59 @@ def test_a_row_whose_marker_outlived_its_actor_is_failed_and_a_published_row_is_
     assert synthesizer.speak(_work_item("spoken")) == first  # a retried batch: the same record, no second file
 
 
+def _clip_alone(row_id: str, clip: Path) -> dict:
+    """A work item whose row gives a reference clip and no transcript."""
+    item = _work_item(row_id)
+    item["request"] = json.dumps({**json.loads(item["request"]), "ref_audio": str(clip)})
+    return item
+
+
+def test_a_row_without_its_transcript_is_transcribed_or_names_include_asr(synthesizer, build, builds, tmp_path):
+    from codes.corpus.ledger import Ledger, check_output_dir
+    from codes.corpus.worker import Synthesizer
+    from codes.runtime.settings import GenerationSettings
+
+    clip = write_clip(tmp_path / "ref.wav", reference_clip(), SAMPLE_RATE)
+    refused = synthesizer.speak(_clip_alone("no-recogniser", clip))
+    assert refused["status"] == "error" and "\n" not in refused["error"]
+    assert "unless the build has a recogniser" in refused["error"] and "--include-asr" in refused["error"]
+    assert not (synthesizer.out_dir / "audio" / "no-recogniser.wav").exists()
+
+    out = tmp_path / "out"
+    check_output_dir(out)
+    Ledger(out).close()
+    lent = Synthesizer(str(build), None, None, 1, GenerationSettings(num_steps=2, postprocess_output=False).to_dict(),
+                       str(out), asr_dir=str(builds.get(*ASR_ONLY)))
+    assert lent.speak(_clip_alone("heard", clip))["status"] == "ok"
+    run_script("inference.py", "--model_dir", build, "--asr_dir", builds.get(*ASR_ONLY), "--text", "Row heard.",
+               "--ref_audio", clip, "--duration", "0.5", "--seed", "1", "--num_steps", "2", "--no_postprocess",
+               "--threads", "1", "--quiet", "--output", tmp_path / "single.wav", check=True)  # the actor's threads
+    assert np.array_equal(wav_samples(tmp_path / "single.wav"), wav_samples(out / "audio" / "heard.wav"))
+
+
+def test_only_rows_without_a_transcript_depend_on_the_recogniser(tmp_path):
+    """A row with its transcript keeps its fingerprint whatever recogniser the build has (so adding one redoes
+    nothing); a row without one is redone when the recogniser changes."""
+    from codes.corpus.ledger import Ledger, check_output_dir
+    from codes.corpus.rows import check_row
+    from codes.corpus.run import CorpusOptions, _plan
+
+    clip = write_clip(tmp_path / "ref.wav", reference_clip(), SAMPLE_RATE)
+    _, request, _ = check_row({"id": "heard", "text": "x", "ref_audio": "ref.wav"}, str(tmp_path), 0)
+    assert request["ref_audio"] == str(clip) and request["ref_text"] is None  # a clip alone is a good row
+    checked = [dict(id=row_id, row=f"line {i}", request=json.dumps({**request, "ref_text": text}), frames=10,
+                    error=None, warning=None)
+               for i, (row_id, text) in enumerate((("given", REF_TEXT), ("heard", None)), 1)]
+    out = tmp_path / "out"
+    check_output_dir(out)
+    ledger = Ledger(out)
+    options = CorpusOptions(input="rows.jsonl", output=out)
+    stamps = [{t["id"]: t["fingerprint"] for t in _plan(checked, ledger, options, ("build", recogniser))[1]}
+              for recogniser in (None, "recogniser-a", "recogniser-b")]
+    ledger.close()
+    assert len({s["given"] for s in stamps}) == 1 and len({s["heard"] for s in stamps}) == 3
+
+
 def test_only_files_this_command_wrote_are_replaced(tmp_path):
     from codes.common.fileio import sha256_file
     from codes.corpus.ledger import CRASHED, Ledger, check_output_dir, record
@@ -545,7 +598,7 @@ def test_only_files_this_command_wrote_are_replaced(tmp_path):
                     warning=None)
                for i, name in enumerate(("ours", "failed", "crashed", "claimed"), 1)]
     options = CorpusOptions(input="rows.jsonl", output=out, retry_failed=True)
-    results, todo, _ = _plan(checked, ledger, options, "build")
+    results, todo, _ = _plan(checked, ledger, options, ("build", None))
     assert [t["id"] for t in todo] == ["ours"]  # a new request for our file: it is removed, to be spoken again
     assert not (out / "audio" / "ours.wav").exists()
     for result in results[1:]:

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
@@ -498,3 +499,88 @@ def test_generated_checkpoint_is_input_dependent(tiny_checkpoint):
     finally:
         handle.remove()
     assert torch.equal(jittered[0], first) and torch.equal(jittered[1], second)  # no near-ties decide codes
+
+
+# --- the recogniser (--include-asr, --asr-only) --------------------------------------------------
+
+
+def test_the_recogniser_is_recorded_in_the_manifest_and_its_hashes_checked(builds, tmp_path):
+    from codes.common.fileio import sha256_file
+    from codes.export.asr_build import written_files
+    from codes.runtime.synthesis import OmniVoiceOnnx
+    from synthesis_inputs import ASR_BUILD
+
+    folder = shutil.copytree(builds.get(*ASR_BUILD), tmp_path / "copy")
+    manifest = read_manifest(folder)
+    section = manifest.asr
+    assert section["models_dir"] == "asr" and section["precision"] == "fp32"  # cpu_fp32's
+    assert section["source"]["asr_model"] == "tiny-whisper"
+    assert section["manifest_sha256"] == sha256_file(folder / "asr" / "asr_manifest.json")
+    on_disk = sorted(p.relative_to(folder).as_posix() for p in (folder / "asr").rglob("*") if p.is_file())
+    assert on_disk == sorted(written_files(folder / "asr"))
+    assert not any(name.startswith("asr/") for name in manifest.data["files"])  # its own manifest hashes them
+    assert OmniVoiceOnnx(folder, threads=1).load_recogniser().transcribe(np.zeros(24000, np.float32), 24000) is not None
+
+    with open(folder / "asr" / "decoder.onnx.data", "r+b") as f:
+        f.seek(-8, 2)
+        f.write(b"\x00" * 8)
+    with pytest.raises(UserError, match="decoder.onnx.data does not match its sha256"):
+        OmniVoiceOnnx(folder, threads=1).load_recogniser()
+    with open(folder / "asr" / "asr_manifest.json", "a") as f:
+        f.write(" ")
+    with pytest.raises(UserError, match="asr_manifest.json does not match its sha256 in omnivoice_manifest.json"):
+        OmniVoiceOnnx(folder, threads=1).load_recogniser()
+
+
+def test_asr_only_builds_the_recogniser_alone_or_beside_a_build_it_leaves_untouched(builds, tmp_path):
+    # Alone: no OmniVoice checkpoint is read, so --model may name nothing at all.
+    alone = tmp_path / "alone"
+    built = run_main("optimize.py", "--asr-only", "--asr-model", "tiny-whisper", "--device", "cpu_int8",
+                     "--model", tmp_path / "nowhere", "--output", alone, check=True)
+    assert "(recogniser int8 only)" in built.stdout
+    assert sorted(p.name for p in alone.iterdir()) == ["asr", MANIFEST_NAME]
+    assert read_manifest(alone).asr["precision"] == "int8"
+    decoder = onnx.load(str(alone / "asr" / "decoder.onnx"), load_external_data=False)
+    assert "MatMulInteger" in {node.op_type for node in decoder.graph.node}
+    result = run_main("eval.py", "--mode", "equiv", "--model_dir", alone, "--asr_dir", alone / "asr")
+    assert result.returncode == 0 and result.stdout.count("recogniser text") >= 3, result.stdout + result.stderr
+
+    # Beside a backbone build: its files and manifest entries stay as they were, and a backbone rebuild keeps it.
+    out = shutil.copytree(builds.get("cpu_fp32"), tmp_path / "out")
+    (out / "NOTES.txt").write_text("mine")
+    before = read_manifest(out).data
+    run_main("optimize.py", "--asr-only", "--asr-model", "tiny-whisper", "--device", "gpu", "--output", out, check=True)
+    after = read_manifest(out).data
+    assert after["files"] == before["files"] and after["backbone"] == before["backbone"]
+    assert after["profile"] == "cpu_fp32" and after["asr"]["precision"] == "fp16"  # gpu's recogniser
+    assert json.loads((out / "asr" / "asr_manifest.json").read_text())["io_dtype"] == "float16"
+    run_main("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", out, check=True)
+    assert read_manifest(out).data["asr"] == after["asr"]
+    run_main("optimize.py", "--asr-only", "--asr-model", "tiny-whisper", "--device", "cpu_fp32", "--output", out,
+             check=True)  # a rebuild of the recogniser replaces its own files only
+    assert read_manifest(out).data["asr"]["precision"] == "fp32"
+    assert (out / "NOTES.txt").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folder left
+
+
+def test_the_recogniser_precision_follows_the_profile():
+    from codes.export.asr_build import profile_precision
+    from codes.export.profiles import PROFILES
+
+    assert {name: profile_precision(name) for name in PROFILES} == {
+        "cpu": "int8", "cpu_fp16": "int8", "gpu": "fp16", "cpu_fp32": "fp32", "cpu_int8": "int8"}
+    assert profile_precision("cpu", "fp32") == "fp32"
+
+
+@pytest.mark.parametrize("model, message", [
+    ("{tmp}/nowhere", "no such folder"),
+    ("{ckpt}", "has model_type 'omnivoice', not 'whisper'"),
+    ("openai/whisper-large-v3-turbo", "nor in the local Hugging Face cache (this toolkit never downloads); pass a "
+                                      "local checkpoint directory with --asr-model DIR"),
+])
+def test_a_bad_asr_model_is_one_line_before_anything_is_built(tiny_checkpoint, tmp_path, model, message):
+    model = model.replace("{tmp}", str(tmp_path)).replace("{ckpt}", str(tiny_checkpoint.path))
+    result = run_script("optimize.py", "--model", "tiny-random", "--include-asr", "--asr-model", model,
+                        "--output", tmp_path / "out", env={"HF_HUB_CACHE": str(tmp_path / "empty-cache")})
+    assert result.returncode == 2 and message in last_error_line(result), result.stderr
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.building-*"))

@@ -11,6 +11,9 @@ from codes.export.generated_higgs import speech_like_signal
 
 # The codec in fp32 as well (--include-higgs alone gives fp16), so reference codes can equal upstream's.
 FP32_BUILD = ("cpu_fp32", "--include-higgs", "--higgs-precision", "fp32")
+# The same with the recogniser (the tiny random Whisper) inside, and the recogniser alone, for --asr_dir.
+ASR_BUILD = (*FP32_BUILD, "--include-asr", "--asr-model", "tiny-whisper")
+ASR_ONLY = ("cpu_fp32", "--asr-only", "--asr-model", "tiny-whisper")
 REF_TEXT = "This is what the reference clip says"
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from helpers.synthesis_inputs import FP32_BUILD, reference_clip, write_clip
+from helpers.synthesis_inputs import ASR_BUILD, ASR_ONLY, FP32_BUILD, reference_clip, write_clip
 from helpers.venvs import runtime_venv
 
 import omnivoice.models.omnivoice as upstream_module
@@ -126,7 +126,7 @@ def test_a_prompt_saved_here_loads_in_upstream(model, ref_wav, tmp_path):
     (dict(device_map="mps"), "device_map 'mps' is not one this runtime can run on"),
     (dict(device_map="cuda:1"), "CUDA_VISIBLE_DEVICES"),
     (dict(dtype=torch.float16), "dtype float16 asks for a fp16 backbone, but .* holds a fp32 one"),
-    (dict(load_asr=True), "no recogniser"),
+    (dict(load_asr=True), "has no recogniser to load: build one with `python optimize.py --include-asr`"),
 ])
 def test_from_pretrained_refuses_what_the_build_cannot_do_in_one_line(build, kwargs, message):
     with pytest.raises(UserError, match=message) as refused:
@@ -145,3 +145,47 @@ def test_from_pretrained_accepts_upstreams_loading_arguments(build, caplog):
 def test_an_upstream_checkpoint_is_refused_with_the_build_command(tiny_checkpoint):
     with pytest.raises(UserError, match="is an upstream checkpoint; build it first with python optimize.py"):
         OmniVoice.from_pretrained(tiny_checkpoint.path)
+
+
+# --- a clip without its transcript --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def whisper_folder():
+    from codes.export.whisper_checkpoint import generated_whisper
+
+    return generated_whisper("tiny-whisper")
+
+
+def test_generate_without_ref_text_transcribes_as_upstream(builds, tiny_checkpoint, whisper_folder, ref_wav):
+    """Upstream's from_pretrained(asr_model_name=..., load_asr=True) and generate(ref_audio=..., ref_text=None),
+    on a build whose recogniser is that Whisper: the same audio."""
+    settings = dict(num_step=8, position_temperature=0.0, class_temperature=0.0)
+    ours = OmniVoice.from_pretrained(builds.get(*ASR_BUILD), device_map="cpu", threads=1,
+                                     asr_model_name="tiny-whisper", load_asr=True)
+    theirs = upstream_module.OmniVoice.from_pretrained(str(tiny_checkpoint.path), attn_implementation="sdpa",
+                                                       asr_model_name=str(whisper_folder), load_asr=True)
+    expected = theirs.generate(text="Cloned from a clip alone.", ref_audio=str(ref_wav), ref_text=None, **settings)[0]
+    got = ours.generate(text="Cloned from a clip alone.", ref_audio=str(ref_wav), ref_text=None, **settings)[0]
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, atol=AUDIO_ATOL, rtol=0)
+    waveform, rate = soundfile.read(ref_wav, dtype="float32")
+    assert ours.transcribe((waveform, rate)) == theirs.transcribe((torch.from_numpy(waveform), rate))
+    assert ours.create_voice_clone_prompt(str(ref_wav)).ref_text == theirs.create_voice_clone_prompt(str(ref_wav)).ref_text
+
+
+def test_asr_arguments_are_honoured_or_refused_in_one_line(builds, whisper_folder, ref_wav):
+    asr_build = builds.get(*ASR_BUILD)
+    OmniVoice.from_pretrained(asr_build, asr_model_name=str(whisper_folder))  # its folder names it too
+    with pytest.raises(UserError, match="asr_model_name 'openai/whisper-large-v3-turbo': the recogniser in .* was "
+                                        "built from 'tiny-whisper'") as refused:
+        OmniVoice.from_pretrained(asr_build, asr_model_name="openai/whisper-large-v3-turbo")
+    assert "\n" not in str(refused.value)
+    # The recogniser of another build (asr_dir) serves a build without one.
+    plain = OmniVoice.from_pretrained(builds.get(*FP32_BUILD), threads=1)
+    with pytest.raises(UserError, match="has none: .*--include-asr"):
+        plain.create_voice_clone_prompt(str(ref_wav))
+    borrowed = OmniVoice.from_pretrained(builds.get(*FP32_BUILD), threads=1, asr_dir=builds.get(*ASR_ONLY),
+                                         load_asr=True)
+    own = OmniVoice.from_pretrained(asr_build, threads=1)
+    assert borrowed.create_voice_clone_prompt(str(ref_wav)).ref_text == own.create_voice_clone_prompt(str(ref_wav)).ref_text

@@ -197,3 +197,83 @@ def test_int8_build_runs_and_its_agreement_is_reported(whisper_folder, recognise
         same += text == recogniser.transcribe(wav, rate)
     record_property("int8_transcripts_equal_fp32", f"{same}/4")
     print(f"int8 transcripts equal to fp32: {same}/4")
+
+
+# ---------------------------------------------------------------------------
+# A clip without its transcript, end to end, against upstream with the same Whisper
+# ---------------------------------------------------------------------------
+
+CLONED_TEXT = "Nice to hear it cloned."
+GREEDY_STEPS = dict(num_step=8, position_temperature=0.0, class_temperature=0.0)
+
+
+@pytest.fixture(scope="module")
+def asr_build(builds):
+    from synthesis_inputs import ASR_BUILD
+
+    return builds.get(*ASR_BUILD)
+
+
+@pytest.fixture(scope="module")
+def upstream_cloner(tiny_checkpoint, whisper_folder):
+    """Upstream OmniVoice with its ASR pipeline on the same tiny Whisper the build's recogniser came from."""
+    import torch
+    from omnivoice.models.omnivoice import OmniVoice
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield OmniVoice.from_pretrained(str(tiny_checkpoint.path), attn_implementation="sdpa",
+                                    asr_model_name=str(whisper_folder), load_asr=True).eval()
+    torch.set_num_threads(previous)
+
+
+def test_a_clip_alone_through_inference_equals_upstream_generate(asr_build, upstream_cloner, tmp_path):
+    from conftest import run_script
+    from synthesis_inputs import REF_TEXT, reference_clip, write_clip
+    from upstream_twins import recorded_codes
+
+    from codes.runtime.synthesis import OmniVoiceOnnx, Voice
+
+    clip = write_clip(tmp_path / "ref.wav", reference_clip(24000), 24000)
+    with recorded_codes(upstream_cloner) as calls:
+        upstream_cloner.generate(CLONED_TEXT, language="en", ref_audio=str(clip), ref_text=None, **GREEDY_STEPS)
+    prompt = upstream_cloner.create_voice_clone_prompt(str(clip))
+    result = run_script("inference.py", "--model_dir", asr_build, "--text", CLONED_TEXT, "--language", "en",
+                        "--ref_audio", clip, "--num_steps", "8", "--position_temperature", "0",
+                        "--class_temperature", "0", "--threads", "1", "--quiet", "--output", tmp_path / "out.wav",
+                        "--codes_out", tmp_path / "codes.npy", "--save_voice", tmp_path / "voice.npz")
+    assert result.returncode == 0, result.stderr
+    voice = Voice.load(tmp_path / "voice.npz")
+    assert voice.text == prompt.ref_text and len(voice.text) > 10  # the recogniser heard words, as upstream's did
+    np.testing.assert_array_equal(voice.codes, prompt.ref_audio_tokens.numpy())
+    codes = np.load(tmp_path / "codes.npy")
+    np.testing.assert_array_equal(codes, calls[0][0])
+    # The transcript is what the prompt carries: the clip with another transcript clones other codes.
+    _, given = OmniVoiceOnnx(asr_build, threads=1).generate(CLONED_TEXT, language="en", ref_audio=clip,
+                                                            ref_text=REF_TEXT, num_steps=8, position_temperature=0.0,
+                                                            class_temperature=0.0, return_codes=True)
+    assert given.shape != codes.shape or not np.array_equal(given, codes)
+
+
+@pytest.mark.parametrize("seconds,preprocess_prompt", [(34.0, True), (6.0, False)])
+def test_a_clip_is_prepared_then_transcribed_as_upstream_create_voice_clone_prompt(asr_build, upstream_cloner, seconds,
+                                                                                   preprocess_prompt):
+    """Over 20 s, upstream trims the clip at a pause within 15 s (trim_long_audio), removes silences, then
+    transcribes; a 34 s clip, which the recogniser alone refuses, clones. Without preprocessing the clip is
+    transcribed as it is and the text keeps no added punctuation."""
+    import torch
+
+    from codes.runtime.synthesis import OmniVoiceOnnx
+
+    wav = speech_like_signal(seconds, 24000, seed=11)
+    tts = OmniVoiceOnnx(asr_build, threads=1)
+    ours = tts.create_voice((wav, 24000), None, preprocess_prompt)
+    theirs = upstream_cloner.create_voice_clone_prompt((torch.from_numpy(wav), 24000), None, preprocess_prompt)
+    assert ours.text == theirs.ref_text and ours.text
+    assert tts.transcribe_reference((wav, 24000), preprocess_prompt) == ours.text
+    assert ours.rms == theirs.ref_rms
+    np.testing.assert_array_equal(ours.codes, theirs.ref_audio_tokens.numpy())
+    if seconds > 30:
+        assert ours.codes.shape[1] <= 15 * 25
+        with pytest.raises(UserError, match="at most 30 s"):
+            tts.load_recogniser().transcribe(wav, 24000)

@@ -191,30 +191,30 @@ def _upstream_reference(wav, sample_rate, ref_text, preprocess_prompt=True):
         (4, 24.0, 0.3, "Transcript given.", True),  # long with transcript: kept whole
     ],
 )
-def test_preprocess_reference_at_24k_equals_upstream(seed, seconds, level, ref_text, preprocess):
+def test_clean_reference_in_whole_hops_at_24k_equals_upstream(seed, seconds, level, ref_text, preprocess):
     wav = speechlike(seed, seconds, level=level)
     expected, expected_rms = _upstream_reference(wav, SR, ref_text, preprocess)
-    ours, ref_rms = audio.preprocess_reference(
-        wav, SR, preprocess_prompt=preprocess, ref_text_known=ref_text is not None
-    )
+    cleaned, ref_rms = audio.clean_reference(wav, SR, preprocess_prompt=preprocess, ref_text_known=ref_text is not None)
+    ours = audio.whole_hops(cleaned)
     assert ref_rms == expected_rms
     assert len(ours) % 960 == 0
     np.testing.assert_array_equal(ours, expected)
 
 
-def test_preprocess_reference_resampled_stereo_matches_upstream():
+def test_clean_reference_resampled_stereo_matches_upstream():
     stereo = stereo_speechlike(5, 3.0, 44100)
     expected, expected_rms = _upstream_reference(stereo, 44100, "Words.")
-    ours, ref_rms = audio.preprocess_reference(stereo, 44100)
+    cleaned, ref_rms = audio.clean_reference(stereo, 44100)
+    ours = audio.whole_hops(cleaned)
     assert ref_rms == pytest.approx(expected_rms, rel=1e-6)
     # Resampling differs from torchaudio by float32 rounding, which can move a 16-bit sample by one step.
     assert ours.shape == expected.shape
     np.testing.assert_allclose(ours, expected, atol=1.5 / 32768)
 
 
-def test_preprocess_reference_rejects_silence():
+def test_clean_reference_rejects_silence():
     with pytest.raises(UserError, match="empty after silence removal"):
-        audio.preprocess_reference(np.zeros(48000, np.float32), SR)
+        audio.clean_reference(np.zeros(48000, np.float32), SR)
 
 
 def test_cut_to_hops_and_to_mono():

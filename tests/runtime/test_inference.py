@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 import soundfile
 from helpers.scripts import ROOT, last_error_line, run_script
-from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
+from helpers.synthesis_inputs import ASR_BUILD, ASR_ONLY, FP32_BUILD, REF_TEXT, reference_clip, write_clip
 
+from codes.export.generated_higgs import speech_like_signal
 from codes.export.manifest_write import write_manifest
 from codes.runtime.manifest import MANIFEST_NAME, read_manifest
 from codes.runtime.synthesis import OmniVoiceOnnx
@@ -144,6 +145,27 @@ def test_saved_voice_gives_the_same_codes_as_cloning(model_dir, tts, reference, 
     np.testing.assert_array_equal(codes, api_codes(tts, TEXT, seed=5, ref_audio=reference, ref_text=REF_TEXT))
 
 
+def test_a_clip_alone_with_another_builds_recogniser_and_in_a_jsonl_line(model_dir, builds, reference, tmp_path):
+    """--asr_dir lends a build without a recogniser another build's; a test-list line without ref_text is
+    transcribed the same way. Both clone what the build holding the recogniser clones."""
+    asr_build = builds.get(*ASR_BUILD)
+    _, expected = OmniVoiceOnnx(asr_build, threads=1).generate(TEXT, language="en", ref_audio=reference, seed=5,
+                                                               num_steps=8, return_codes=True)
+    alone = speak(model_dir, "--asr_dir", builds.get(*ASR_ONLY), "--text", TEXT, "--language", "en", "--ref_audio",
+                  reference, "--seed", "5", "--output", tmp_path / "alone.wav", "--codes_out", tmp_path / "alone.npy")
+    assert_ok(alone)
+    np.testing.assert_array_equal(np.load(tmp_path / "alone.npy"), expected)
+
+    (tmp_path / "clips").mkdir()
+    shutil.copy(reference, tmp_path / "clips" / "ref.wav")
+    line = {"id": "cloned", "text": TEXT, "ref_audio": "clips/ref.wav", "language_id": "en"}
+    (tmp_path / "test.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    listed = speak(asr_build, "--jsonl", tmp_path / "test.jsonl", "--output", tmp_path / "res", "--seed", "5",
+                   "--codes_out", tmp_path / "codes")
+    assert_ok(listed)
+    np.testing.assert_array_equal(np.load(tmp_path / "codes" / "cloned.npy"), expected)
+
+
 def test_backbone_only_build_with_a_separate_codec_build(builds, tts, tmp_path):
     backbone, codec = builds.get("cpu_fp32"), builds.get("cpu_fp32", "--higgs-only")
     result = speak(backbone, "--higgs_dir", codec, "--text", TEXT, "--seed", "6", "--output", tmp_path / "out.wav",
@@ -229,6 +251,9 @@ def inputs(tmp_path_factory):
         (folder / f"{name}.jsonl").write_text('{"text": "A good line first."}\n' + line, encoding="utf-8")
     (folder / "not-audio.wav").write_text("this is not audio\n")
     write_clip(folder / "silent.wav", np.zeros((48000, 1), np.float32), 24000)
+    write_clip(folder / "empty.wav", np.zeros((0, 1), np.float32), 24000)
+    write_clip(folder / "long.wav", speech_like_signal(31, 24000, seed=3)[:, None], 24000)
+    (folder / "clip-alone.jsonl").write_text('{"text": "Hi.", "ref_audio": "long.wav"}\n', encoding="utf-8")
     (folder / "a-file").write_text("a file, not a folder\n")
     return folder
 
@@ -273,15 +298,32 @@ BAD_INPUT = {
                              "cannot read audio file"),
     "silent reference": (["--text", "Hi.", "--ref_audio", "{in}/silent.wav", "--ref_text", "Hi."],
                          "empty after silence removal"),
-    "reference without transcript": (["--text", "Hi.", "--ref_audio", "{in}/silent.wav"],
-                                     "offline transcription is not available"),
+    "reference without transcript, no recogniser": (["--text", "Hi.", "--ref_audio", "{in}/long.wav",
+                                                     "--save_voice", "{tmp}/voice.npz"],
+                                                    "unless the build has a recogniser, and"),
+    "--asr_dir without a recogniser": (["--text", "Hi.", "--asr_dir", "{in}"], "holds no recogniser"),
+    # With a recogniser: each bad clip is refused before anything is saved.
+    "empty clip, no transcript": (["--model_dir", "{asr}", "--text", "Hi.", "--ref_audio", "{in}/empty.wav",
+                                   "--save_voice", "{tmp}/voice.npz"], "empty after silence removal"),
+    "empty clip, no transcript, not preprocessed": (["--model_dir", "{asr}", "--text", "Hi.", "--ref_audio",
+                                                     "{in}/empty.wav", "--preprocess_prompt", "false",
+                                                     "--save_voice", "{tmp}/voice.npz"], "shorter than one codec frame"),
+    "silent clip, no transcript": (["--model_dir", "{asr}", "--text", "Hi.", "--ref_audio", "{in}/silent.wav",
+                                    "--save_voice", "{tmp}/voice.pt"], "empty after silence removal"),
+    "clip over the recogniser's 30 s": (["--model_dir", "{asr}", "--text", "Hi.", "--ref_audio", "{in}/long.wav",
+                                         "--preprocess_prompt", "false", "--save_voice", "{tmp}/voice.npz"],
+                                        "the recogniser takes at most 30 s"),
+    "jsonl clip without transcript, no recogniser": (["--jsonl", "{in}/clip-alone.jsonl"],
+                                                     "unless the build has a recogniser, and"),
 }
 
 
 @pytest.mark.parametrize("case", BAD_INPUT)
-def test_bad_input_is_one_error_line_and_writes_nothing(case, model_dir, broken_builds, inputs, tmp_path):
+def test_bad_input_is_one_error_line_and_writes_nothing(case, model_dir, broken_builds, builds, inputs, tmp_path):
     arguments, expected = BAD_INPUT[case]
-    places = {"{in}": str(inputs), **{f"{{broken:{name}}}": str(path) for name, path in broken_builds.items()}}
+    places = {"{in}": str(inputs), "{tmp}": str(tmp_path), **{f"{{broken:{name}}}": str(path) for name, path in broken_builds.items()}}
+    if any("{asr}" in a for a in arguments):
+        places["{asr}"] = str(builds.get(*ASR_BUILD))
     arguments = [_fill(a, places) for a in arguments]
     if "--model_dir" not in arguments:
         arguments = ["--model_dir", str(model_dir), *arguments]
