@@ -508,7 +508,7 @@ def test_the_recogniser_is_recorded_in_the_manifest_and_its_hashes_checked(build
     from codes.common.fileio import sha256_file
     from codes.export.asr_build import written_files
     from codes.runtime.synthesis import OmniVoiceOnnx
-    from synthesis_inputs import ASR_BUILD
+    from helpers.synthesis_inputs import ASR_BUILD
 
     folder = shutil.copytree(builds.get(*ASR_BUILD), tmp_path / "copy")
     manifest = read_manifest(folder)

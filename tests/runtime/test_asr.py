@@ -209,7 +209,7 @@ GREEDY_STEPS = dict(num_step=8, position_temperature=0.0, class_temperature=0.0)
 
 @pytest.fixture(scope="module")
 def asr_build(builds):
-    from synthesis_inputs import ASR_BUILD
+    from helpers.synthesis_inputs import ASR_BUILD
 
     return builds.get(*ASR_BUILD)
 
@@ -228,8 +228,8 @@ def upstream_cloner(tiny_checkpoint, whisper_folder):
 
 
 def test_a_clip_alone_through_inference_equals_upstream_generate(asr_build, upstream_cloner, tmp_path):
-    from conftest import run_script
-    from synthesis_inputs import REF_TEXT, reference_clip, write_clip
+    from helpers.scripts import run_script
+    from helpers.synthesis_inputs import REF_TEXT, reference_clip, write_clip
     from upstream_twins import recorded_codes
 
     from codes.runtime.synthesis import OmniVoiceOnnx, Voice

@@ -523,7 +523,7 @@ def test_a_signal_once_health_answers_but_before_ready_ends_the_run(shared, tmp_
     """The ready wait's window: one replica answers /health through the proxy while the other cannot start (each
     asks for both of the head's two CPUs), so the run waits for it, without end; Ctrl-C there ends the run, its
     application and the Serve it started, within --drain-seconds."""
-    from serving import free_port, signal_at_stage
+    from helpers.serving import free_port, signal_at_stage
 
     port = free_port()  # Serve is not running (the test before stopped it): this run starts it here
 
