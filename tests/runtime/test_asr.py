@@ -230,7 +230,7 @@ def upstream_cloner(tiny_checkpoint, whisper_folder):
 def test_a_clip_alone_through_inference_equals_upstream_generate(asr_build, upstream_cloner, tmp_path):
     from helpers.scripts import run_script
     from helpers.synthesis_inputs import REF_TEXT, reference_clip, write_clip
-    from upstream_twins import recorded_codes
+    from helpers.upstream_twins import recorded_codes
 
     from codes.runtime.synthesis import OmniVoiceOnnx, Voice
 
