@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
         return _mcp_stdio(options, state)
     app = create_app(state, doors(options, state, args.wyoming_uri, args.wyoming_zeroconf))
     server = DrainingServer(state, uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                                   timeout_graceful_shutdown=options.limits.drain_seconds))
+                                                   timeout_graceful_shutdown=options.limits.drain_seconds,
+                                                   ws_max_size=options.limits.ws_max_message_bytes))
     failure: list[BaseException] = []
 
     def load():
