@@ -140,7 +140,7 @@ def test_cancel_mid_sentence_frees_the_slot_and_new_text_speaks(server):
     start = len(server.log_lines())
     long_text = " ".join(f"This is sentence number {i}, and it goes on for a while." for i in range(30))
     with opened(server) as ws:
-        ws.send(json.dumps(START))
+        ws.send(json.dumps({**START, "num_steps": 128}))  # each later chunk long in the engine: the cancel lands mid-way
         send(ws, type="text", text=long_text)
         assert isinstance(ws.recv(timeout=WAIT), bytes)  # its audio has begun
         send(ws, type="cancel")
@@ -314,3 +314,25 @@ def test_wyoming_audio_events_carry_their_timestamps(server):
         samples += len(chunk.audio) // 2
     assert AudioStop.from_event(events[-1]).timestamp == samples * 1000 // RATE
     assert np.frombuffer(b"".join(c.audio for c in chunks), "<i2").any()
+
+
+def test_a_client_that_reads_no_audio_is_let_go_and_frees_its_slot(served_build, tmp_path):
+    """--ws-write-seconds: a client that stops reading holds the server's write past the bound and is closed."""
+    srv = Server(served_build, tmp_path / "voices", tmp_path / "server.log", "--num-steps", "2",
+                 "--ws-write-seconds", "2")
+    try:
+        url = srv.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+        text = " ".join(f"Sentence number {i} is here to fill the socket with a lot of audio." for i in range(55))
+        with connect(url, open_timeout=WAIT, max_queue=1) as ws:  # reads one message, then nothing more
+            ws.send(json.dumps({"type": "start", "voice": "alloy"}))
+            send(ws, type="text", text=text)
+            send(ws, type="end")
+            deadline = time.monotonic() + WAIT
+            while not [line for line in srv.request_lines() if line["door"] == "ws"]:
+                assert time.monotonic() < deadline, "the stalled client was never let go"
+                time.sleep(0.1)
+        (line,) = [line for line in srv.log_lines() if "door=ws" in line]
+        assert "status=disconnected" in line and "--ws-write-seconds" in line
+        assert wait_until_idle(srv)["requests_in_flight"] == 0
+    finally:
+        srv.stop()
