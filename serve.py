@@ -42,6 +42,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "and ref.txt, or instruct.txt), named after their folders; DIR is only read (clips are "
                         "encoded once into --voices_dir/imported/); repeatable")
     p.add_argument("--max-batch", dest="max_batch", type=int, default=8, help="rows that share a decoding step")
+    p.add_argument("--step-cost", dest="step_cost", metavar="FIXED,PER_TOKEN",
+                   help="pin the scheduler's cost model (a step's seconds, and seconds per token) instead of fitting "
+                        "it to this machine's steps, e.g. 1,0 to let first chunks always share steps")
     p.add_argument("--max-queue", dest="max_queue", type=int, default=64,
                    help="sentences queued or running before new requests get 429")
     p.add_argument("--pin-seconds", dest="pin_seconds", type=float, default=PIN_SECONDS,

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from codes.runtime.engine import StepEngine, WorkItem
+from codes.runtime.engine import StepCost, StepEngine, WorkItem
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx, Request
@@ -20,9 +20,12 @@ from codes.serve.encode import FORMATS, encode_whole
 class LoadedModel:
     """The model, its step engine and the codec's decoding pool, shared by every request."""
 
-    def __init__(self, tts: OmniVoiceOnnx, max_batch: int, max_queue: int):
+    def __init__(self, tts: OmniVoiceOnnx, max_batch: int, max_queue: int,
+                 step_cost: tuple[float, float] | None = None):
         self.tts = tts
-        self.engine = StepEngine(tts, max_batch=max_batch, max_queue=max_queue)
+        # step_cost pins the scheduler's cost model (fixed, per token); None fits it to this machine's steps
+        cost = None if step_cost is None else StepCost(*step_cost, learn=False)
+        self.engine = StepEngine(tts, max_batch=max_batch, max_queue=max_queue, cost=cost)
         # One codec worker: on a small CPU the decoder competes with the steps; it never blocks the loop.
         self.decode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-codec")
         self.encode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="omnivoice-encode")  # mp3, opus, ...

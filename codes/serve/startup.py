@@ -51,6 +51,7 @@ class ServiceOptions:
     replica: str | None = None  # NAME/PID of a Ray Serve replica; None for plain serve.py
     voices_from: tuple[Path, ...] = ()  # wyoming-piper voice folders, only read (codes/serve/voices/files.py)
     normalize_text: bool = False  # --normalize-text: requests that do not say are normalized
+    step_cost: tuple[float, float] | None = None  # --step-cost: the scheduler's cost model pinned; None: fitted
 
     def for_replica(self, name: str) -> "ServiceOptions":
         return replace(self, replica=f"{name}/{os.getpid()}")
@@ -65,6 +66,19 @@ def preload_names(value: str, known) -> list[str]:
         raise UserError(f"--preload-voices: unknown design voice(s) {', '.join(unknown)}; use all or some of "
                         f"{', '.join(known)}")
     return names
+
+
+def step_cost(value: str | None) -> tuple[float, float] | None:
+    """--step-cost FIXED,PER_TOKEN: two non-negative seconds, or None (the engine fits them)."""
+    if value is None:
+        return None
+    try:
+        fixed, per_token = (float(part) for part in value.split(","))
+    except ValueError:
+        fixed = per_token = -1.0
+    if not (fixed >= 0 and per_token >= 0):
+        raise UserError(f"--step-cost takes FIXED,PER_TOKEN: two seconds >= 0 such as 0.05,0.001; got {value!r}")
+    return fixed, per_token
 
 
 def service_options(args: argparse.Namespace) -> ServiceOptions:
@@ -94,7 +108,8 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
                           or None, limits, args.max_batch, args.max_queue, args.pin_seconds, tuple(preload),
                           args.max_ref_seconds, args.provider, args.threads, settings, args.host,
                           args.mcp_output_dir, browser_rules(args.allow_origin, args.allow_host),
-                          voices_from=voices_from, normalize_text=normalize)
+                          voices_from=voices_from, normalize_text=normalize,
+                          step_cost=step_cost(getattr(args, "step_cost", None)))
 
 
 def voice_book(folder: Path) -> VoiceBook:
@@ -141,7 +156,7 @@ def load_model(options: ServiceOptions, voices: Voices, stop: threading.Event | 
         from codes.runtime.normalize import check_available
 
         check_available()
-    model = LoadedModel(tts, options.max_batch, options.max_queue)
+    model = LoadedModel(tts, options.max_batch, options.max_queue, options.step_cost)
     if made is not None:
         made(model)
     try:
