@@ -142,3 +142,32 @@ def test_asr_dir_lends_another_builds_recogniser(served_build, asr_build, tmp_pa
         assert len(made.json()["transcript"]) > 10
     finally:
         srv.stop()
+
+
+def test_the_playground_saves_a_clip_alone_and_shows_what_was_heard(server, heard, tmp_path):
+    from playwright.sync_api import expect
+
+    from helpers.browser import Visit, chromium
+
+    clip = tmp_path / "my clip.wav"
+    clip.write_bytes(clip_bytes())
+    with chromium() as browser:
+        visit = Visit(browser, server.url, None)
+        try:
+            page = visit.page
+            transcript = page.get_by_role("textbox", name="Transcript", exact=True)
+            expect(transcript).to_have_accessible_description("May be left empty: the server transcribes the clip.")
+            page.get_by_label("Reference clip").set_input_files(clip)
+            page.get_by_role("textbox", name="Voice name", exact=True).fill("Page Heard")
+            with page.expect_request(lambda request: request.url.endswith("/v1/audio/voices")
+                                     and request.method == "POST") as sent:
+                page.get_by_role("button", name="Save voice", exact=True).click()
+            expect(page.get_by_role("status").filter(has_text="Saved")).to_have_text(
+                f'Saved the voice "page-heard". Heard: "{heard}".')
+            assert 'name="text"' not in (sent.value.post_data or "")  # the clip went alone
+            expect(page.get_by_role("combobox", name="Voice", exact=True)).to_have_value("page-heard")
+            expect(page.get_by_role("alert")).to_have_text("")
+            assert visit.errors == []
+        finally:
+            visit.close()
+    assert listed(server)["page-heard"]["transcript"] == heard
