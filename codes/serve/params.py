@@ -1,7 +1,7 @@
 """A speech request's fields, checked once for every door: OpenAI's names and ours, over the server's
 generation settings (the per-request numbers are codes/runtime/settings.py's TUNABLE, its switches
-SWITCHES, neither re-listed). A one-off clone (`ref_audio`, base64 of a clip, with `ref_text` or transcribed) is held
-to an upload's limits here, before any decoding; it is encoded by codes/serve/voices/uploads.py.
+SWITCHES, neither re-listed). A one-off clone (`ref_audio`, base64 of a clip, with `ref_text` or without it, to be
+transcribed) is held to an upload's limits here, before any decoding; it is encoded by codes/serve/voices/uploads.py.
 """
 
 from __future__ import annotations
