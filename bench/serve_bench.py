@@ -31,12 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 TEXT = "The server streams each sentence as soon as it is ready. Concurrent clients share every decoding step."
 
 
+def loopback_port() -> int:
+    """A port free on 127.0.0.1 now, for a server a bench starts."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def start(model_dir: Path, max_batch: int, voices: Path, threads: int | None, higgs_dir: Path | None = None,
           root: Path = ROOT, extra: tuple[str, ...] = ()):
     """serve.py of the checkout at `root` on a free loopback port, once it prints its ready line."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = loopback_port()
     args = [sys.executable, str(root / "serve.py"), "--model_dir", str(model_dir), "--port", str(port),
             "--voices_dir", str(voices), "--max-batch", str(max_batch)] + (["--threads", str(threads)] if threads else [])
     if higgs_dir:

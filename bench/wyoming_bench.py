@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from serve_bench import start  # noqa: E402
+from serve_bench import loopback_port, start  # noqa: E402
 
 from codes.checks.bench import machine, machine_line, write_page  # noqa: E402
 
@@ -85,9 +84,7 @@ def main() -> int:
     p.add_argument("--threads", type=int)
     p.add_argument("--out", type=Path)
     args = p.parse_args()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = loopback_port()
     voices = Path(tempfile.mkdtemp(prefix="wyoming-bench-")) / "voices"
     proc, _ = start(args.model_dir, 8, voices, args.threads, args.higgs_dir,
                     extra=("--wyoming-uri", f"tcp://127.0.0.1:{port}", "--num-steps", str(args.num_steps)))

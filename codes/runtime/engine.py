@@ -144,6 +144,7 @@ class StepEngine:
         self.steps_run = 0
         self.failure: BaseException | None = None  # why the engine's thread died, if it did
         self.last_step: list[WorkItem] = []  # the items of the latest step, in the order they were chosen
+        self._running: frozenset[WorkItem] = frozenset()  # the step being run now, if one is
 
     # --- the client side (any thread) ------------------------------------------------------------
 
@@ -177,10 +178,16 @@ class StepEngine:
                         reveal_schedule(request.target_len, settings.num_steps, settings.t_shift))
 
     def cancel(self, item: WorkItem) -> None:
-        """Take the item out at the next step boundary (a client went away)."""
+        """Take the item out (a client went away, or barged in): at once where it is only waiting, so
+        its room in the queue is free now, else at the end of the step it is in."""
         with self._wake:
             item.cancelled = True
+            waiting = item in self._items and item not in self._running
+            if waiting:
+                self._items.remove(item)
             self._wake.notify()
+        if waiting:
+            _abandon(item)
 
     @property
     def dead(self) -> bool:
@@ -236,10 +243,12 @@ class StepEngine:
                     self._items = []
                     return
                 chosen = self._choose()
+                self._running = frozenset(chosen)
             if chosen:
                 outcomes = self._run_step(chosen)
                 with self._wake:  # out of the queue before anyone hears, so their room is free
                     self._items = [item for item in self._items if item not in outcomes]
+                    self._running = frozenset()
                 for item, failure in outcomes.items():
                     if failure is not None:
                         item.future.set_exception(failure)

@@ -41,6 +41,7 @@ from codes.serve.origins import refusal
 from codes.serve.params import MODEL_IDS, SpeechParams, base64_length, parse_speech
 from codes.serve.playground import add_playground
 from codes.serve.service import ServerState
+from codes.serve.speech_socket import add_speech_socket, offered_key
 from codes.serve.voices.book import DESIGN_VOICES, voice_id
 from codes.serve.voices.files import export_voice, is_voice_file_name
 
@@ -69,9 +70,12 @@ def _too_large(limit: int, flag: str) -> JSONResponse:
 
 def _key_matches(scope, key: str) -> bool:
     """Compared as bytes: a client sends a non-ASCII key as its UTF-8, and the header's latin-1 text
-    re-encoded as UTF-8 never matched it."""
+    re-encoded as UTF-8 never matched it. A WebSocket from a browser, which cannot set headers, may
+    carry it in a subprotocol instead (codes/serve/speech_socket.py)."""
     given = dict(scope.get("headers") or []).get(b"authorization", b"")
     token = given[7:] if given[:7].lower() == b"bearer " else b""
+    if scope["type"] == "websocket" and not token:
+        token = offered_key(scope) or b""
     return hmac.compare_digest(token, key.encode("utf-8", "surrogateescape"))  # a flag of raw bytes: those bytes
 
 
@@ -88,19 +92,22 @@ def _guard(app, state: ServerState, mounted=None):
       body never started streaming included), is closed: its lifecycle then frees what it held."""
 
     async def middleware(scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             return await app(scope, receive, send)
-        if state.config.replica:
+        if state.config.replica and scope["type"] == "http":
             send = _named(send, state.config.replica)
         key = state.config.api_key
         if scope["path"] != "/health":
             refused = refusal(dict(scope.get("headers") or []), state.config.browsers, keyed=bool(key))
             if refused is not None:
-                return await envelope(403, refused[1], code=refused[0], kind="permission_error")(scope, receive, send)
+                return await _deny(envelope(403, refused[1], code=refused[0], kind="permission_error"), scope,
+                                   receive, send)
         guarded = scope["path"].startswith("/v1/") or (mounted is not None and mounted.handles(scope["path"]))
         if key and guarded and not _key_matches(scope, key):
-            return await envelope(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                                  code="invalid_api_key")(scope, receive, send)
+            return await _deny(envelope(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                                        code="invalid_api_key"), scope, receive, send)
+        if scope["type"] == "websocket":  # its own bounds: codes/serve/speech_socket.py
+            return await app(scope, receive, send)
         spoken = scope.setdefault("omnivoice_speech", [])  # (Speaking, its response body) per speech request
         try:
             return await _limited(scope, receive, _write_bounded(send, spoken))
@@ -167,6 +174,14 @@ def _guard(app, state: ServerState, mounted=None):
         return await target(scope, counted, replaced)
 
     return middleware
+
+
+async def _deny(answer: JSONResponse, scope, receive, send) -> None:
+    """A refusal in the API's envelope; for a WebSocket, as the handshake's HTTP answer where the server
+    can send one (uvicorn can), else a close before the handshake (the client sees a 403)."""
+    if scope["type"] == "http" or "websocket.http.response" in (scope.get("extensions") or {}):
+        return await answer(scope, receive, send)
+    await send({"type": "websocket.close", "code": 1008})
 
 
 def _named(send, replica: str):
@@ -316,29 +331,31 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
         return StreamingResponse(_then(first, audio), media_type=CONTENT_TYPES[params.response_format],
                                  headers=STREAM_HEADERS)
 
+    add_speech_socket(app, state)
     add_playground(app)
     return _guard(app, state, next((door for door in doors if isinstance(door, MountedDoor)), None))
 
 
 async def _encoded(speaking: Speaking, params: SpeechParams):
-    """The request's whole life as its response body: each sentence's audio encoded (in an executor)
-    as it is ready. Anything that goes wrong, the encoder's failure included, raises through the
-    lifecycle, so the log line says so and the transfer is aborted rather than ended cleanly."""
+    """The request's whole life as its response body: each chunk's audio encoded (in an executor) as
+    it is ready, as (bytes, the chunk's timing), and the encoder's tail as (bytes, None). Anything that
+    goes wrong, the encoder's failure included, raises through the lifecycle, so the log line says so
+    and the transfer is aborted rather than ended cleanly."""
     async with speaking:
         loop = asyncio.get_running_loop()
         encoder = StreamEncoder(params.response_format, SAMPLE_RATE)
         pool = speaking.model.encode_pool
         try:
-            async for wav in speaking.pieces():
-                yield await loop.run_in_executor(pool, encoder.push, wav)  # b"" for a FLAC until its end
+            async for piece in speaking.spoken():
+                yield await loop.run_in_executor(pool, encoder.push, piece.wav), piece.timing()  # b"": FLAC until its end
             tail = await loop.run_in_executor(pool, encoder.close)
             if tail:
-                yield tail
+                yield tail, None
         finally:
             encoder.abort()
 
 
-async def _until_first_audio(request: Request, speaking: Speaking, audio, timeout: float) -> bytes:
+async def _until_first_audio(request: Request, speaking: Speaking, audio, timeout: float) -> tuple:
     """Voice, sentences, submission and the first sentence's audio; 504 past the timeout, and a client
     that leaves before then has its work cancelled (ended through the lifecycle)."""
     first = asyncio.ensure_future(audio.__anext__())
@@ -365,20 +382,30 @@ async def _until_first_audio(request: Request, speaking: Speaking, audio, timeou
                             "steps", code="timeout", kind="server_error")
 
 
-async def _then(first: bytes, rest):
-    if first:
-        yield first
-    async for chunk in rest:
+async def _then(first: tuple, rest):
+    """The audio body: the encoded bytes alone."""
+    async for chunk, _ in _with_first(first, rest):
         if chunk:
             yield chunk
 
 
-async def _sse_events(first: bytes, audio, speaking: Speaking, params: SpeechParams):
-    """OpenAI's SSE events over the encoded audio; a failure is an `error` event, not a `done`."""
+async def _with_first(first: tuple, rest):
+    yield first
+    async for encoded in rest:
+        yield encoded
+
+
+async def _sse_events(first: tuple, audio, speaking: Speaking, params: SpeechParams):
+    """OpenAI's SSE events over the encoded audio, each chunk's audio followed by a
+    `speech.audio.timing` event saying where its text lies in the audio; a failure is an `error`
+    event, not a `done`."""
     try:
-        async for chunk in _then(first, audio):
-            event = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode("ascii")}
-            yield f"data: {json.dumps(event)}\n\n"
+        async for chunk, timing in _with_first(first, audio):
+            if chunk:
+                event = {"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode("ascii")}
+                yield f"data: {json.dumps(event)}\n\n"
+            if timing is not None:
+                yield f"data: {json.dumps({'type': 'speech.audio.timing', **timing})}\n\n"
     except Exception as exc:  # the lifecycle has logged it
         error = as_request_error(exc)
         event = {"type": "error", "error": {"message": error.message, "type": error.kind, "code": "generation_failed"}}

@@ -2,7 +2,7 @@
 that adds the request, yields its outputs and aborts it in `finally` when the caller goes away).
 
     async with Speaking(state, params, door) as speaking:
-        async for wav in speaking.pieces():
+        async for piece in speaking.spoken():  # or pieces(), the audio alone
             ...  # the door's protocol: HTTP bytes, Wyoming events, an MCP result
 
 Entering admits the request (one count, one rule for every door: 503 while the server cannot work,
@@ -124,11 +124,17 @@ class Speaking:
             self.job.close()
 
     async def pieces(self):
-        """Each sentence's audio (float32, 24 kHz) in order as it is decoded; StreamFailed if one
-        cannot be made. A stream that ends with nothing said is refused here, for every door."""
+        """Each sentence's audio (float32, 24 kHz) in order as it is decoded (see spoken())."""
+        async for piece in self.spoken():
+            yield piece.wav
+
+    async def spoken(self):
+        """Each chunk as a SpokenPiece (its text, audio and offset in the request's audio) in order as
+        it is decoded; StreamFailed if one cannot be made. A stream that ends with nothing said is
+        refused here, for every door."""
         try:
-            async for wav in self.job.pieces():
-                yield wav
+            async for piece in self.job.pieces():
+                yield piece
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if self.ended is None or (task is not None and task.cancelling()):
@@ -176,11 +182,17 @@ class Speaking:
         async with self.taking:
             self._add(await self._normalized(self.text.push(text)), len(text))
 
+    async def flush(self) -> None:
+        """What is pending is spoken now, though no sentence end has come; more text may follow."""
+        async with self.taking:
+            chunks = self.text.flush() if self.streamed_text and not self.closing else []
+            if chunks:
+                self._add(await self._normalized(chunks), 0)
+
     async def close(self) -> None:
         """No more text: what is pending is spoken, and pieces() ends after it."""
+        await self.flush()
         async with self.taking:
-            if self.streamed_text and not self.closing:
-                self._add(await self._normalized(self.text.flush()), 0)
             self._close()
 
     def _close(self) -> None:

@@ -37,6 +37,12 @@ class Limits:
     wyoming_max_connections: int = 16  # open Wyoming connections (the next gets an error event and is closed)
     wyoming_idle_seconds: float = 30.0  # a Wyoming client that sends nothing while nothing is spoken is closed
     wyoming_write_seconds: float = 30.0  # a Wyoming client that reads no audio for this long is closed
+    ws_max_connections: int = 64  # open connections to /v1/audio/speech/stream (the next gets an error)
+    ws_max_message_bytes: int = 1 << 20  # one message on the stream, a start's ref_audio included
+    ws_max_chars: int = 32768  # text one stream connection may send in all (each utterance: --max-input-chars)
+    ws_max_messages: int = 20000  # messages one stream connection may send
+    ws_idle_seconds: float = 30.0  # a stream client that sends nothing while none of its audio is made is closed
+    ws_write_seconds: float = 30.0  # a stream client that reads no audio for this long is closed
 
 
 HELP = {
@@ -66,6 +72,15 @@ HELP = {
     "wyoming_idle_seconds": "seconds a Wyoming client may send nothing while none of its audio is being made "
                             "(a synthesize-start and then silence included); it is then closed",
     "wyoming_write_seconds": "seconds a Wyoming client may leave its audio unread before it is closed",
+    "ws_max_connections": "open /v1/audio/speech/stream connections at once (the next gets an error and is closed)",
+    "ws_max_message_bytes": "largest message on /v1/audio/speech/stream, in bytes (an error and the connection "
+                            "closed beyond)",
+    "ws_max_chars": "characters of text one stream connection may send in all, across cancels (each utterance "
+                    "also within --max-input-chars)",
+    "ws_max_messages": "messages one stream connection may send",
+    "ws_idle_seconds": "seconds a stream client may send nothing while none of its audio is being made; it is "
+                       "then closed",
+    "ws_write_seconds": "seconds a stream client may leave its audio unread before it is closed",
 }
 FLAGS = {"max_ref_seconds_upload": "--max-upload-seconds"}  # where the flag is not the field's name
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -65,14 +66,16 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
     async def speak(text: str, voice: str = "alloy", language: str | None = None, instructions: str | None = None,
                     speed: float | None = None, num_steps: int | None = None, seed: int | None = None,
                     response_format: str = "wav", normalize_text: bool | None = None, denoise: bool | None = None,
-                    preprocess_prompt: bool | None = None,
-                    postprocess_output: bool | None = None) -> list[AudioContent | TextContent]:
+                    preprocess_prompt: bool | None = None, postprocess_output: bool | None = None,
+                    timings: bool = False) -> list[AudioContent | TextContent]:
         """Speak `text` and return the audio. voice: a built-in name (alloy, ash, ...) or a saved voice's
         id; language: an id or name (default: detected); instructions: a voice design for a built-in
         voice ("female, low pitch, british accent"); speed 0.25-4; num_steps: decoding steps (default
         32, fewer is faster); seed: the same seed gives the same audio; response_format: wav, mp3,
         opus, aac, flac or pcm; normalize_text: numbers, dates and currency said as words (default: the
-        server's); denoise, preprocess_prompt, postprocess_output: upstream's switches (default: true)."""
+        server's); denoise, preprocess_prompt, postprocess_output: upstream's switches (default: true);
+        timings: also return {"timings": [{"text", "start", "end"}, ...]}, when each piece of the text
+        (a clause or sentence) is heard, in seconds from the audio's start."""
         with _tool_errors():
             fields = {"input": text, "voice": voice, "language": language, "instructions": instructions,
                       "speed": speed, "num_steps": num_steps, "seed": seed, "response_format": response_format,
@@ -81,11 +84,11 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
             params = parse_speech({k: v for k, v in fields.items() if v is not None}, state.config.limits,
                                   state.config.settings, normalize=state.config.normalize_text)
             async with Speaking(state, params, "mcp") as speaking:
-                pieces = [wav async for wav in speaking.pieces()]
+                pieces = [piece async for piece in speaking.spoken()]
                 data = await asyncio.get_running_loop().run_in_executor(
-                    speaking.model.encode_pool, encode_whole, np.concatenate(pieces), params.response_format,
-                    SAMPLE_RATE)
-            seconds = sum(len(wav) for wav in pieces) / SAMPLE_RATE
+                    speaking.model.encode_pool, encode_whole, np.concatenate([piece.wav for piece in pieces]),
+                    params.response_format, SAMPLE_RATE)
+            seconds = sum(len(piece.wav) for piece in pieces) / SAMPLE_RATE
             summary = f"{seconds:.2f} s of speech, voice {params.voice}, {params.response_format}"
             content: list[AudioContent | TextContent] = [
                 AudioContent(data=base64.b64encode(data).decode("ascii"),
@@ -94,7 +97,10 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
                 path = await asyncio.get_running_loop().run_in_executor(
                     None, _write_new, output_dir, speaking.job.request_id, params.response_format, data)
                 summary += f", written to {path}"
-            return [*content, TextContent(text=summary)]
+            content.append(TextContent(text=summary))
+            if timings:
+                content.append(TextContent(text=json.dumps({"timings": [piece.timing() for piece in pieces]})))
+            return content
 
     @server.tool()
     async def list_voices() -> list[dict]:

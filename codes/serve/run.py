@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(state, doors(options, state, args.wyoming_uri, args.wyoming_zeroconf))
     server = DrainingServer(state, uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
                                                    timeout_graceful_shutdown=options.limits.drain_seconds,
-                                                   **bounded_http(options.limits)))
+                                                   **bounded_http(options.limits),
+                                                   ws_max_size=options.limits.ws_max_message_bytes))
     failure: list[BaseException] = []
     stop, made = threading.Event(), []  # made: the model, as soon as it exists
 

@@ -39,6 +39,20 @@ LOOKAHEAD = 1  # sentences submitted ahead once the current one's codes are done
 QUEUE_RETRY_S = 0.05  # a later sentence that meets a full queue waits for room rather than failing
 
 
+@dataclass(frozen=True)
+class SpokenPiece:
+    """One chunk's audio and where it lies in its request's audio: what a door sends, and when the
+    chunk's text is heard, measured from the samples themselves (never spread over words by guess)."""
+
+    text: str  # the chunk as it was spoken (clause or sentence; normalized where the request asked)
+    wav: np.ndarray  # float32, 24 kHz
+    start: int  # samples of the request's audio before it
+
+    def timing(self) -> dict:
+        """Seconds from the request's first sample to where this chunk's audio begins and ends."""
+        return {"text": self.text, "start": self.start / SAMPLE_RATE, "end": (self.start + len(self.wav)) / SAMPLE_RATE}
+
+
 @dataclass(kw_only=True)
 class SentenceStream:
     """A request's sentences, their work items, and what its log line reports (codes/serve/lifecycle.py
@@ -129,8 +143,8 @@ class SentenceStream:
             raise StreamFailed(f"decoding chunk {index + 1} failed: {type(exc).__name__}: {exc}") from exc
 
     async def pieces(self):
-        """Each chunk's audio (float32, 24 kHz) in order, as soon as it is decoded; StreamFailed if
-        one cannot be made."""
+        """Each chunk as a SpokenPiece, in order, as soon as it is decoded; StreamFailed if one cannot
+        be made."""
         index = 0
         while True:
             if index == len(self.requests):
@@ -159,9 +173,10 @@ class SentenceStream:
                 raise StreamFailed(f"the codec failed on chunk {index + 1}: {type(exc).__name__}: {exc}") from exc
             if self.first_audio_at is None:
                 self.first_audio_at = time.perf_counter()
+            piece = SpokenPiece(self.requests[index].text, wav, self.audio_samples)
             self.audio_samples += len(wav)
             index += 1
-            yield wav
+            yield piece
 
     def cancel(self) -> None:
         for item in self.items:

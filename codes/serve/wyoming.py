@@ -4,7 +4,7 @@
   voices (languages: see ASSIST_LANGUAGES; an imported voice lists its language folder's), with streaming
   supported.
 - synthesize -> audio-start (24 kHz, 16-bit, mono), an audio-chunk per piece as each is decoded,
-  audio-stop.
+  audio-stop; each carries its timestamp, milliseconds from the first sample.
 - synthesize-start, synthesize-chunk..., synthesize-stop: each sentence joins the engine as soon as
   it is complete (lifecycle.Speaking.push), so the first is spoken while the reply is still being
   written; the stop flushes the rest, then audio-stop and synthesize-stopped. A plain synthesize
@@ -266,16 +266,18 @@ class SpeechHandler(AsyncEventHandler):
         try:
             async with speaking:
                 started = False
-                async for wav in speaking.pieces():
+                async for piece in speaking.spoken():
                     if not started:
-                        await self.write_event(AudioStart(rate=SAMPLE_RATE, width=WIDTH, channels=CHANNELS).event())
+                        await self.write_event(AudioStart(rate=SAMPLE_RATE, width=WIDTH, channels=CHANNELS,
+                                                          timestamp=0).event())
                         started = True
+                    wav = piece.wav
                     for start in range(0, len(wav), CHUNK_SAMPLES):
                         audio = pcm16(wav[start:start + CHUNK_SAMPLES], SAMPLE_RATE)
-                        await self.write_event(AudioChunk(rate=SAMPLE_RATE, width=WIDTH, channels=CHANNELS,
-                                                          audio=audio).event())
+                        await self.write_event(AudioChunk(rate=SAMPLE_RATE, width=WIDTH, channels=CHANNELS, audio=audio,
+                                                          timestamp=_milliseconds(piece.start + start)).event())
                 if started and speaking.completed:
-                    await self.write_event(AudioStop().event())
+                    await self.write_event(AudioStop(timestamp=_milliseconds(speaking.job.audio_samples)).event())
         except ConnectionError:  # the client left, or stopped reading: nothing more can reach it
             pass
         except (RequestError, UserError, StreamFailed, EngineDown) as exc:
@@ -285,6 +287,12 @@ class SpeechHandler(AsyncEventHandler):
         error = as_request_error(exc)
         with contextlib.suppress(ConnectionError):
             await self._error(error.message, _code(error))
+
+
+def _milliseconds(samples: int) -> int:
+    """An audio event's timestamp: milliseconds from the stream's first sample (the protocol's unit;
+    it has no event that says which text is heard when, docs/wyoming.md)."""
+    return samples * 1000 // SAMPLE_RATE
 
 
 def _code(error: RequestError) -> str | None:

@@ -1,0 +1,313 @@
+"""The WebSocket door for voice agents: text in as an LLM writes it, audio out as it is made, when each
+piece of text is heard, and barge-in. The messages are in docs/agents.md.
+
+    client -> server (JSON text frames)             server -> client
+    {"type": "start", "voice": ..., ...}            binary frames: s16le, 24 kHz, mono
+    {"type": "text", "text": "..."}                 {"type": "timing", "text", "start", "end"}
+    {"type": "flush"}                               {"type": "cancelled"}
+    {"type": "cancel"}                              {"type": "done"}, and the server closes
+    {"type": "end"}                                 {"type": "error", "error": {...}}, and it closes
+
+A connection speaks one utterance at a time, each a lifecycle.Speaking with streamed text: it holds a
+request slot only while it has text to speak. `cancel` ends the utterance (its queued items leave the
+engine at once, the one in a running step at that step's end, its slot is free before `cancelled` is
+sent, and no audio of it follows) and the connection takes new text as a fresh utterance with the
+same fields; timings count from each utterance's first sample. Every error ends the connection.
+
+Bounds (codes/serve/limits.py): --ws-max-connections, --ws-max-message-bytes (also uvicorn's frame
+cap, so a larger message is never held), --ws-max-chars and --ws-max-messages a connection may send,
+--ws-idle-seconds without a message while none of its audio is being made, --ws-write-seconds a
+client may leave its audio unread. The key and the web-page rules are app.py's guard's, as for /v1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import logging
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from codes.common.errors import UserError
+from codes.runtime.engine import EngineDown
+from codes.runtime.specs import SAMPLE_RATE
+from codes.serve.encode import pcm16
+from codes.serve.errors import ClientStalled, RequestError, StreamFailed, as_request_error
+from codes.serve.lifecycle import Speaking
+from codes.serve.limits import excerpt, flag
+from codes.serve.params import SpeechParams, parse_speech
+from codes.serve.service import ServerState
+
+logger = logging.getLogger("omnivoice.serve")
+
+STREAM_PATH = "/v1/audio/speech/stream"
+SUBPROTOCOL = "omnivoice"  # what the server accepts where the client offers subprotocols
+KEY_SUBPROTOCOL = "omnivoice.key."  # + the key in unpadded base64url: a browser cannot set Authorization
+FRAME_SAMPLES = SAMPLE_RATE // 2  # a binary frame: half a second, well under any client's message cap
+NOT_STREAMED = ("input", "duration", "stream_format", "stream")  # fields of a whole text, not of a stream
+# Close codes (RFC 6455): the client's fault, the server's, or try again later.
+POLICY, SERVER_ERROR, TRY_LATER = 1008, 1011, 1013
+
+
+def offered_key(scope) -> bytes | None:
+    """The key a browser carries in its subprotocols (KEY_SUBPROTOCOL + base64url), or None."""
+    for protocol in scope.get("subprotocols") or []:
+        if protocol.startswith(KEY_SUBPROTOCOL):
+            encoded = protocol[len(KEY_SUBPROTOCOL):]
+            try:
+                return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+            except (binascii.Error, ValueError):
+                return b""
+    return None
+
+
+def key_subprotocol(key: str) -> str:
+    """The subprotocol that carries `key` (what a client offers beside SUBPROTOCOL)."""
+    return KEY_SUBPROTOCOL + base64.urlsafe_b64encode(key.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+class Refused(Exception):
+    """A message or a client's behaviour that ends the connection, with the error it is told."""
+
+    def __init__(self, error: RequestError):
+        super().__init__(error.message)
+        self.error = error
+
+
+def _refused(message: str, code: str, param: str | None = None) -> Refused:
+    return Refused(RequestError(400, message, param, code))
+
+
+class SpeechSocket:
+    """One connection: reads messages and turns them into calls on its utterance's Speaking, whose
+    audio and timings a task of its own sends."""
+
+    def __init__(self, state: ServerState, websocket: WebSocket):
+        self.state, self.websocket = state, websocket
+        self.limits = state.config.limits
+        self.params: SpeechParams | None = None  # set by start
+        self.speaking: Speaking | None = None  # the utterance taking text
+        self.sender: asyncio.Task | None = None  # its audio, timings and done
+        self.chars = self.messages = 0
+        self.finished = asyncio.Event()  # done or an error was sent: the connection ends
+        self.sending = asyncio.Lock()  # one message at a time, whichever task sends it
+
+    async def run(self) -> None:
+        offered = self.websocket.scope.get("subprotocols") or []
+        await self.websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
+        try:
+            while not self.finished.is_set():
+                message = await self._next_message()
+                if message is None:
+                    break
+                await self._handle(message)
+        except Refused as exc:
+            await self._fail(exc.error)
+        except (WebSocketDisconnect, ClientStalled, ConnectionError):
+            pass  # the client left or stopped reading: its utterance ends below
+        finally:
+            await self._stop_utterance()
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    async def _next_message(self) -> dict | None:
+        """The next JSON message (None once the connection has ended). Refused: a message past its
+        size, past the connection's count, not JSON, or nothing for --ws-idle-seconds while none of
+        the client's audio is being made. The read outlives each wait, so no message is half-read."""
+        reading = asyncio.ensure_future(self.websocket.receive())
+        ended = asyncio.ensure_future(self.finished.wait())
+        try:
+            while True:
+                done, _ = await asyncio.wait({reading, ended}, timeout=self.limits.ws_idle_seconds,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if reading in done:
+                    break
+                if ended in done:
+                    return None
+                if not self._speaking():
+                    raise _refused(f"nothing came for {self.limits.ws_idle_seconds:g} s ({flag('ws_idle_seconds')}); "
+                                   "send text as it is written and end with {\"type\": \"end\"}", "idle_timeout")
+        finally:
+            for waiting in (reading, ended):
+                waiting.cancel()
+        message = reading.result()
+        if message["type"] == "websocket.disconnect":
+            return None
+        self.messages += 1
+        if self.messages > self.limits.ws_max_messages:
+            raise _refused(f"over {self.limits.ws_max_messages} messages on one connection "
+                           f"({flag('ws_max_messages')}); send text in larger pieces", "too_many_messages")
+        text = message.get("text")
+        if text is None:
+            raise _refused("binary messages are not taken; send JSON text messages", "not_json")
+        if len(text) > self.limits.ws_max_message_bytes or len(text.encode()) > self.limits.ws_max_message_bytes:
+            raise Refused(RequestError(413, f"a message is over {self.limits.ws_max_message_bytes} bytes "
+                                            f"({flag('ws_max_message_bytes')}); send text in smaller pieces",
+                                       code="message_too_large"))
+        try:
+            body = json.loads(text)
+        except json.JSONDecodeError:
+            raise _refused(f"a message is not JSON ({excerpt(text)}); send {{\"type\": ...}} objects",
+                           "not_json") from None
+        if not isinstance(body, dict) or not isinstance(body.get("type"), str):
+            raise _refused(f"a message has no \"type\" ({excerpt(text)}); send start, text, flush, cancel or end",
+                           "unknown_type", "type")
+        return body
+
+    def _speaking(self) -> bool:
+        """Some of the client's audio is being made: it rightly sends nothing meanwhile."""
+        return self.speaking is not None and self.speaking.holds_slot
+
+    async def _handle(self, body: dict) -> None:
+        kind = body["type"]
+        if kind == "start":
+            return await self._start(body)
+        if kind not in ("text", "flush", "cancel", "end"):
+            raise _refused(f"unknown message type {excerpt(kind)}; send start, text, flush, cancel or end",
+                           "unknown_type", "type")
+        if self.params is None:
+            raise _refused(f"{kind} before start; open with {{\"type\": \"start\", \"voice\": ...}}", "not_started",
+                           "type")
+        if kind == "text":
+            await self._text(body)
+        elif kind == "flush":
+            await self._refusing(self.speaking.flush)
+        elif kind == "cancel":
+            await self._cancel()
+        else:
+            await self._refusing(self.speaking.close)
+
+    async def _start(self, body: dict) -> None:
+        if self.params is not None:
+            raise _refused("start was sent already; a connection speaks with one set of fields", "started", "type")
+        fields = {name: value for name, value in body.items() if name != "type"}
+        for name in NOT_STREAMED:
+            if name in fields:
+                raise _refused(f"{name} is not taken on the stream; send text in text messages", "not_streamed", name)
+        fields.setdefault("response_format", "pcm")
+        if fields["response_format"] != "pcm":
+            raise _refused(f"response_format must be pcm on the stream (s16le, 24 kHz, mono), got "
+                           f"{excerpt(str(fields['response_format']))}", "unsupported_format", "response_format")
+        try:
+            self.params = parse_speech(fields, self.limits, self.state.config.settings, streamed_text=True,
+                                       normalize=self.state.config.normalize_text)
+        except (RequestError, UserError) as exc:
+            raise Refused(as_request_error(exc)) from None
+        self._begin()
+
+    async def _text(self, body: dict) -> None:
+        text = body.get("text")
+        if not isinstance(text, str):
+            raise _refused("a text message carries \"text\": a string", "bad_text", "text")
+        self.chars += len(text)
+        if self.chars > self.limits.ws_max_chars:
+            raise _refused(f"over {self.limits.ws_max_chars} characters on one connection ({flag('ws_max_chars')}); "
+                           "open a new connection", "too_much_text", "text")
+        await self._refusing(self.speaking.push, text)
+
+    async def _refusing(self, action, *args) -> None:
+        """A Speaking's push, flush or close; a refusal (the text past --max-input-chars, a full server)
+        ends the connection."""
+        try:
+            await action(*args)
+        except (RequestError, UserError, StreamFailed, EngineDown) as exc:
+            raise Refused(as_request_error(exc)) from None
+
+    # --- the utterance ---------------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        self.speaking = Speaking(self.state, self.params, "ws", streamed_text=True)
+        self.sender = asyncio.create_task(self._speak(self.speaking))
+
+    async def _speak(self, speaking: Speaking) -> None:
+        """The utterance's audio in binary frames, each piece's timing after its audio, then done."""
+        try:
+            async with speaking:
+                async for piece in speaking.spoken():
+                    audio = pcm16(piece.wav, SAMPLE_RATE)
+                    for start in range(0, len(audio), 2 * FRAME_SAMPLES):
+                        await self._send(audio[start:start + 2 * FRAME_SAMPLES])
+                    await self._send({"type": "timing", **piece.timing()})
+            if speaking.completed:
+                await self._send({"type": "done"})
+                await self._close(1000)
+        except (RequestError, UserError, StreamFailed, EngineDown) as exc:
+            await self._fail(as_request_error(exc))
+        except (ClientStalled, ConnectionError, WebSocketDisconnect):
+            self.finished.set()
+
+    async def _cancel(self) -> None:
+        """Barge-in: the utterance's items leave the engine, its slot is freed and its sender stopped
+        before `cancelled` goes; then a fresh utterance takes the text that follows."""
+        await self._stop_utterance("cancelled", "the client cancelled (barge-in)")
+        await self._send({"type": "cancelled"})
+        self._begin()
+
+    async def _stop_utterance(self, status: str = "disconnected", reason: str | None = None) -> None:
+        speaking, sender, self.speaking, self.sender = self.speaking, self.sender, None, None
+        if sender is not None and not sender.done():  # a finished one has written its log line
+            speaking.end(status, reason)
+            sender.cancel()
+            with contextlib.suppress(BaseException):
+                await sender
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    async def _send(self, message: bytes | dict) -> None:
+        """One message, within --ws-write-seconds: a client that reads nothing is let go."""
+        seconds = self.limits.ws_write_seconds
+        async with self.sending:
+            try:
+                if isinstance(message, bytes):
+                    await asyncio.wait_for(self.websocket.send_bytes(message), seconds)
+                else:
+                    await asyncio.wait_for(self.websocket.send_text(json.dumps(message)), seconds)
+            except asyncio.TimeoutError:
+                reason = f"the client read nothing for {seconds:g} s ({flag('ws_write_seconds')}); closed"
+                if self.speaking is not None:
+                    self.speaking.end("disconnected", reason)
+                logger.warning("ws: letting a client go: %s", reason)
+                raise ClientStalled(reason) from None
+
+    async def _fail(self, error: RequestError) -> None:
+        """The error in the API's envelope, then the connection closed (a close code by whose fault)."""
+        if self.finished.is_set():
+            return
+        if self.speaking is not None and self.sender is not None and not self.sender.done():
+            self.speaking.end("error", error.message)
+        code = TRY_LATER if error.status in (429, 503) else SERVER_ERROR if error.status >= 500 else POLICY
+        with contextlib.suppress(ClientStalled, ConnectionError, WebSocketDisconnect, RuntimeError):
+            await self._send({"type": "error", "error": {"message": error.message, "type": error.kind,
+                                                         "param": error.param, "code": error.code}})
+            await self._close(code)
+        self.finished.set()
+
+    async def _close(self, code: int) -> None:
+        self.finished.set()
+        with contextlib.suppress(RuntimeError, ConnectionError, WebSocketDisconnect):
+            await asyncio.wait_for(self.websocket.close(code), self.limits.ws_write_seconds)
+
+
+def add_speech_socket(app, state: ServerState) -> None:
+    """The door's route on the HTTP app (behind app.py's guard: the key, the web-page rules)."""
+    sockets: set[SpeechSocket] = set()
+
+    @app.websocket(STREAM_PATH)
+    async def speech_stream(websocket: WebSocket):
+        most = state.config.limits.ws_max_connections
+        if len(sockets) >= most:  # refused before it holds anything but its socket
+            await websocket.accept()
+            await websocket.send_text(json.dumps({"type": "error", "error": {
+                "message": f"the server has {most} stream connections open ({flag('ws_max_connections')}); "
+                           "retry shortly", "type": "rate_limit_error", "param": None, "code": "too_many_connections"}}))
+            await websocket.close(TRY_LATER)
+            return
+        socket = SpeechSocket(state, websocket)
+        sockets.add(socket)
+        try:
+            await socket.run()
+        finally:
+            sockets.discard(socket)
