@@ -25,6 +25,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_dir", type=Path, help="a build folder (default: models/omnivoice-cpu)")
     p.add_argument("--higgs_dir", type=Path, help="a codec folder or a build holding one (default: the model's)")
+    p.add_argument("--asr_dir", type=Path,
+                   help="a recogniser folder (asr/) or a build holding one, to transcribe clips uploaded or sent "
+                        "without their transcript (default: the model folder's, if it has one)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", dest="api_key", help="require 'Authorization: Bearer KEY' on /v1/ "

@@ -270,7 +270,9 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
 
     @app.get("/v1/audio/defaults")
     async def defaults():  # what a speech request leaves out gets: the playground shows these
-        return {**state.config.settings.to_dict(), "normalize_text": state.config.normalize_text}
+        transcribes = state.model is not None and state.model.tts.has_recogniser  # a clip may come without its text
+        return {**state.config.settings.to_dict(), "normalize_text": state.config.normalize_text,
+                "transcribes_clips": transcribes}
 
     @app.get("/v1/audio/voices")
     async def list_voices():
@@ -285,15 +287,15 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
         if upload is None or isinstance(upload, str):
             raise RequestError(400, "send the reference clip as the multipart file field 'file'", "file")
         voice_file = is_voice_file_name(getattr(upload, "filename", None))  # a .pt/.npz: its own transcript
-        transcript = form.get("text") or form.get("ref_text")
+        transcript = form.get("text") or form.get("ref_text")  # left out: the recogniser's, where the build has one
         if voice_file:
             transcript = ""
-        elif not isinstance(transcript, str) or not transcript.strip():
-            raise RequestError(400, "send the clip's transcript as the field 'text'", "text")
+        elif transcript is not None and not isinstance(transcript, str):
+            raise RequestError(400, "send the clip's transcript as the text field 'text', or leave it out", "text")
         name = form.get("name") or getattr(upload, "filename", None) or ""
         vid = voice_id(Path(str(name)[:256]).stem if not form.get("name") else str(name)[:256])
-        await save_voice(state, upload.read, transcript, vid, voice_file=voice_file)
-        return {"id": vid, "name": vid}
+        voice = await save_voice(state, upload.read, transcript, vid, voice_file=voice_file)
+        return {"id": vid, "name": vid, "transcript": voice.text}
 
     @app.get("/v1/audio/voices/{vid}")
     async def export_voice_file(vid: str, format: str = "pt"):  # noqa: A002 (the query parameter's name)

@@ -164,6 +164,7 @@ def serve_on_ray(args: argparse.Namespace) -> int:
     options = service_options(args)
     options = replace(options, threads=plan.threads, model_dir=options.model_dir.resolve(),
                       higgs_dir=options.higgs_dir and options.higgs_dir.resolve(), voices_dir=options.voices_dir.resolve(),
+                      asr_dir=options.asr_dir and options.asr_dir.resolve(),
                       voices_from=tuple(folder.resolve() for folder in options.voices_from))
     voice_book(options.voices_dir)  # here too, so a folder that cannot be used is one line before any replica starts
     if not args.address:

@@ -28,6 +28,7 @@ from codes.common.errors import UserError
 from codes.runtime.chunks import TextStream, stream_chunks
 from codes.runtime.engine import QueueFull
 from codes.runtime.normalize import normalize_text
+from codes.runtime.synthesis import Voice
 from codes.runtime.voice_design import resolve_language
 from codes.serve.errors import RequestError, as_request_error
 from codes.serve.params import SpeechParams
@@ -248,12 +249,12 @@ class Speaking:
             raise RequestError(400, str(exc), "voice", "voice_unreadable") from None
 
 
-async def save_voice(state: ServerState, read, transcript: str, vid: str, voice_file: bool = False) -> None:
-    """An upload's life, for every door that takes one: admitted as a speech request is (encoding a clip is
-    work on the model: 503, or 429 past --max-concurrent), saved (codes/serve/voices/uploads.py), and its
-    slot freed however that ends."""
+async def save_voice(state: ServerState, read, transcript: str | None, vid: str, voice_file: bool = False) -> Voice:
+    """An upload's life, for every door that takes one: admitted as a speech request is (encoding a clip, and
+    transcribing one sent without its transcript, is work on the model: 503, or 429 past --max-concurrent),
+    saved (codes/serve/voices/uploads.py), and its slot freed however that ends. The saved voice comes back."""
     model = state.admit()
     try:
-        await save_upload(model, state.voices.book, state.config.limits, read, transcript, vid, voice_file)
+        return await save_upload(model, state.voices.book, state.config.limits, read, transcript, vid, voice_file)
     finally:
         state.release()

@@ -112,7 +112,8 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
         """Save a voice to clone: `audio_path`, a reference clip of a few seconds (WAV, FLAC, MP3, ...)
         lying under the server's voices or output folder, or a voice file (.pt from upstream's
         VoiceClonePrompt.save, .npz from inference.py --save_voice, a wyoming-piper ref.rvq);
-        `transcript`, what the clip says (a voice file carries its own); `name`, the new voice's id
+        `transcript`, what the clip says (a voice file carries its own; left empty, the server transcribes
+        the clip where its build has a recogniser, and the answer says what it heard); `name`, the new voice's id
         (letters, digits, - and _). Returns the id to pass to speak as voice."""
         with _tool_errors():
             folders = [state.config.voices_dir, *([output_dir] if output_dir else [])]
@@ -123,12 +124,10 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
             if path.stat().st_size > limits.max_upload_bytes:
                 raise UserError(f"the clip is over {limits.max_upload_bytes} bytes; trim it")
             voice_file = is_voice_file_name(path.name)
-            if not voice_file and not transcript.strip():
-                raise UserError("transcript is empty; give what the clip says")
             vid = voice_id(name)
-            await store_voice(state, lambda: asyncio.to_thread(path.read_bytes), transcript, vid,
-                              voice_file=voice_file)
-            return f"saved voice {vid!r}; use it as speak's voice"
+            voice = await store_voice(state, lambda: asyncio.to_thread(path.read_bytes), transcript, vid,
+                                      voice_file=voice_file)
+            return f"saved voice {vid!r} (transcript: {voice.text!r}); use it as speak's voice"
 
     return server
 

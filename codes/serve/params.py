@@ -1,7 +1,7 @@
 """A speech request's fields, checked once for every door: OpenAI's names and ours, over the server's
 generation settings (the per-request numbers are codes/runtime/settings.py's TUNABLE, its switches
-SWITCHES, neither re-listed). A one-off clone (`ref_audio`, base64 of a clip, with `ref_text`) is held
-to an upload's limits here, before any decoding; it is encoded by codes/serve/voices/uploads.py.
+SWITCHES, neither re-listed). A one-off clone (`ref_audio`, base64 of a clip, with `ref_text` or without it, to be
+transcribed) is held to an upload's limits here, before any decoding; it is encoded by codes/serve/voices/uploads.py.
 """
 
 from __future__ import annotations
@@ -93,9 +93,8 @@ def _clip(body: dict, limits: Limits) -> tuple[bytes | None, str | None]:
     if len(data) > limits.max_upload_bytes:
         raise RequestError(413, f"ref_audio is {len(data)} bytes; the limit is {limits.max_upload_bytes} "
                                 f"({flag('max_upload_bytes')}): trim it", "ref_audio", "clip_too_large")
-    if ref_text is None or not ref_text.strip():
-        raise RequestError(400, "ref_text is required with ref_audio: what the clip says (this server cannot "
-                                "transcribe it yet)", "ref_text")
+    if ref_text is None or not ref_text.strip():  # transcribed where the build can (codes/serve/voices/uploads.py)
+        return data, None
     return data, check_transcript(ref_text, limits, "ref_text")
 
 
@@ -113,7 +112,7 @@ class SpeechParams:
     settings: GenerationSettings
     normalize_text: bool = False  # numbers, dates, currency in words before the text is cut (codes/runtime/normalize.py)
     ref_audio: bytes | None = None  # a one-off clone's clip (an audio file's bytes): it wins over `voice`
-    ref_text: str | None = None  # that clip's transcript
+    ref_text: str | None = None  # that clip's transcript (None: the recogniser's)
 
 
 def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_text: bool = False,

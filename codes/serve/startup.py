@@ -52,6 +52,7 @@ class ServiceOptions:
     voices_from: tuple[Path, ...] = ()  # wyoming-piper voice folders, only read (codes/serve/voices/files.py)
     normalize_text: bool = False  # --normalize-text: requests that do not say are normalized
     step_cost: tuple[float, float] | None = None  # --step-cost: the scheduler's cost model pinned; None: fitted
+    asr_dir: Path | None = None  # --asr_dir: another build's recogniser (None: the model folder's, if any)
 
     def for_replica(self, name: str) -> "ServiceOptions":
         return replace(self, replica=f"{name}/{os.getpid()}")
@@ -83,7 +84,7 @@ def step_cost(value: str | None) -> tuple[float, float] | None:
 
 def service_options(args: argparse.Namespace) -> ServiceOptions:
     """The flags checked (UserError for a bad one) and the builds found."""
-    from codes.runtime.manifest import find_builds
+    from codes.runtime.manifest import find_builds, recogniser_folder
 
     for name, value in (("--max-batch", args.max_batch), ("--max-queue", args.max_queue)):
         if value < 1:
@@ -99,6 +100,9 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     preload = preload_names(args.preload_voices, DESIGN_VOICES)
     voices_from = check_folders(getattr(args, "voices_from", None))
+    asr_dir = getattr(args, "asr_dir", None)
+    if asr_dir is not None:  # a folder without a recogniser is one line now, before the model loads
+        recogniser_folder(asr_dir)
     normalize = bool(getattr(args, "normalize_text", False))
     if normalize:  # a missing WeTextProcessing is one line now, not a 400 on every request
         from codes.runtime.normalize import check_available
@@ -108,7 +112,7 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
                           or None, limits, args.max_batch, args.max_queue, args.pin_seconds, tuple(preload),
                           args.max_ref_seconds, args.provider, args.threads, settings, args.host,
                           args.mcp_output_dir, browser_rules(args.allow_origin, args.allow_host),
-                          voices_from=voices_from, normalize_text=normalize,
+                          voices_from=voices_from, normalize_text=normalize, asr_dir=asr_dir,
                           step_cost=step_cost(getattr(args, "step_cost", None)))
 
 
@@ -150,7 +154,7 @@ def load_model(options: ServiceOptions, voices: Voices, stop: threading.Event | 
     stop = stop or threading.Event()
     logger.info("starting: loading the model from %s", options.model_dir)
     tts = OmniVoiceOnnx(options.model_dir, higgs_dir=options.higgs_dir, provider=options.provider,
-                        threads=options.threads)
+                        threads=options.threads, asr_dir=options.asr_dir)
     tts.codec.load_decoder()
     if options.normalize_text:  # the grammars load here (about a second), not in the first request
         from codes.runtime.normalize import check_available

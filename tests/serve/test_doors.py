@@ -323,13 +323,16 @@ def test_mcp_save_voice_reads_clips_only_from_its_folders_and_speaks_with_them(s
                                                           "name": "Agent Voice"})
             taken = await client.call_tool("save_voice", {"audio_path": str(clip), "transcript": "x",
                                                           "name": "agent-voice"})
+            unheard = await client.call_tool("save_voice", {"audio_path": str(clip), "name": "unheard"})
             spoken = await client.call_tool("speak", {"text": "Cloned.", "voice": "agent-voice", "num_steps": 4})
-            return saved, taken, spoken
+            return saved, taken, unheard, spoken
 
-    saved, taken, spoken = run(save())
+    saved, taken, unheard, spoken = run(save())
     assert not saved.is_error and "agent-voice" in saved.content[0].text
     assert (server.voices_dir / "agent-voice.npz").is_file()
     assert taken.is_error and "exists" in taken.content[0].text
+    assert unheard.is_error and "--include-asr" in unheard.content[0].text  # this build has no recogniser
+    assert not (server.voices_dir / "unheard.npz").exists()
     assert not spoken.is_error and spoken.content[0].type == "audio"
 
 

@@ -397,3 +397,22 @@ def test_normalize_text_without_its_library_fails_at_start_in_one_line(build, tm
     line = last_error_line(result)
     assert "text normalization needs WeTextProcessing" in line and "pip install -r requirements-runtime.txt" in line
     assert "--normalize-text" in run_script("serve.py", "--help").stdout
+
+
+def test_a_clip_without_its_transcript_is_refused_in_one_line_where_the_build_has_no_recogniser(server):
+    """This build has no recogniser (tests/serve/test_transcribed_uploads.py tries one that has)."""
+    assert httpx.get(f"{server.url}/v1/audio/defaults").json()["transcribes_clips"] is False
+    folder = server.voices_dir
+    files_before = sorted(path.relative_to(folder) for path in folder.rglob("*"))
+    upload = httpx.post(f"{server.url}/v1/audio/voices", data={"name": "unheard"},
+                        files={"file": ("clip.wav", wav_bytes(), "audio/wav")}, timeout=60)
+    body = {"model": "omnivoice", "input": "Hi.", "response_format": "pcm", **FAST,
+            "ref_audio": base64.b64encode(wav_bytes()).decode("ascii")}
+    one_off_clip = httpx.post(f"{server.url}/v1/audio/speech", json=body, timeout=60)
+    for refused, param in ((upload, "text"), (one_off_clip, "ref_text")):
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert (error["param"], error["code"]) == (param, "no_recogniser") and "\n" not in error["message"]
+        assert "unless the build has a recogniser" in error["message"] and "--include-asr" in error["message"]
+    assert sorted(path.relative_to(folder) for path in folder.rglob("*")) == files_before
+    assert httpx.get(f"{server.url}/health").json()["requests_in_flight"] == 0

@@ -89,7 +89,7 @@ export async function listModels() {
 export async function saveVoice(name, transcript, clip, filename) {
   const form = new FormData();
   form.append("file", clip, filename);
-  form.append("text", transcript);
+  if (transcript) form.append("text", transcript);  // left out: the server transcribes the clip
   form.append("name", name);
   const response = await call("POST", "/v1/audio/voices", form);
   return response.json();

@@ -15,6 +15,7 @@ let model = "omnivoice";
 let recording = null; // {recorder, startedAt, timer} while the microphone records
 let recorded = null; // the last recording: {blob, filename}
 let languageIds = null; // a language's name or id, lower case -> its id, once the server has listed them
+let transcribes = false; // the server transcribes clips sent without their transcript (GET /v1/audio/defaults)
 let keyTimer = null; // a reload of what the key opens, shortly after the typing stops
 
 // --- errors and the key -----------------------------------------------------------------------
@@ -129,6 +130,10 @@ async function loadLanguages() {
   $("preprocess").checked = defaults.preprocess_prompt;
   $("postprocess").checked = defaults.postprocess_output;
   $("normalize").checked = defaults.normalize_text;
+  transcribes = defaults.transcribes_clips === true;  // the build has a recogniser: a clip may come alone
+  $("transcript-hint").hidden = !transcribes;
+  if (transcribes) $("transcript").setAttribute("aria-describedby", "transcript-hint");
+  else $("transcript").removeAttribute("aria-describedby");
   languageIds = ids;
 }
 
@@ -289,14 +294,14 @@ function clipAndTranscript() {
   const clip = file ? { blob: file, filename: file.name } : recorded;
   if (!clip) throw new Error("choose a reference clip or record one first");
   const transcript = $("transcript").value.trim();
-  if (!transcript) throw new Error("type what the clip says in Transcript");
-  return { clip, transcript };
+  if (!transcript && !transcribes) throw new Error("type what the clip says in Transcript");
+  return { clip, transcript };  // an empty transcript: the server's recogniser hears it
 }
 
 // A one-off clone: the clip rides in the speech request (ref_audio) and the server keeps nothing.
 $("speak-clip").addEventListener("click", () => speak(async () => {
   const { clip, transcript } = clipAndTranscript();
-  return { ref_audio: await base64Of(clip.blob), ref_text: transcript };
+  return { ref_audio: await base64Of(clip.blob), ...(transcript ? { ref_text: transcript } : {}) };
 }, $("speak-clip")));
 
 $("clone-form").addEventListener("submit", (event) => {
@@ -306,7 +311,8 @@ $("clone-form").addEventListener("submit", (event) => {
     const name = $("name").value.trim();
     if (!name) throw new Error("give the voice a name in Voice name");
     const saved = await saveVoice(name, transcript, clip.blob, clip.filename);
-    $("saved").textContent = `Saved the voice "${saved.id}".`;
+    const heard = transcript ? "" : ` Heard: "${saved.transcript}".`;
+    $("saved").textContent = `Saved the voice "${saved.id}".${heard}`;
     await loadVoices(saved.id);
   }, $("save"));
 });

@@ -99,6 +99,7 @@ class VoiceBook:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.imported = dict(imported or {})
+        self._transcripts: dict[str, tuple[tuple, str | None]] = {}  # id -> (its file's version, its transcript)
         for name, instruct in DESIGN_VOICES.items():
             resolve_instruct(instruct)  # a bad table entry fails at start, not in a request
 
@@ -107,10 +108,34 @@ class VoiceBook:
                        if _ID.fullmatch(p.stem)})
 
     def listing(self) -> list[dict]:
+        saved = self.saved_ids()
+        for gone in set(self._transcripts) - set(saved):  # the cache holds no more than the folder
+            self._transcripts.pop(gone, None)
         return ([{"id": name, "name": name, "kind": "design", "instruct": instruct}
                  for name, instruct in DESIGN_VOICES.items()]
                 + [voice.entry() for voice in self.imported.values()]
-                + [{"id": vid, "name": vid, "kind": "saved"} for vid in self.saved_ids()])
+                + [{"id": vid, "name": vid, "kind": "saved", "transcript": self.transcript(vid)} for vid in saved])
+
+    def transcript(self, vid: str) -> str | None:
+        """A saved voice's transcript (given, or the recogniser's), read once per version of its file;
+        None for a file that cannot be read (speaking with it says why)."""
+        path = self.saved_path(vid)
+        try:
+            stat = path.stat() if path is not None else None
+        except OSError:
+            stat = None
+        if stat is None:
+            self._transcripts.pop(vid, None)
+            return None
+        version = (path.name, stat.st_mtime_ns, stat.st_size)
+        known = self._transcripts.get(vid)
+        if known is None or known[0] != version:
+            try:
+                text = self.load_saved(vid, path).text
+            except UserError:
+                text = None
+            known = self._transcripts[vid] = (version, text)
+        return known[1]
 
     def imported_status(self) -> dict:
         """For /health: the imported voices, and how many of their clips are still to be encoded or failed."""

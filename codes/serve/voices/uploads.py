@@ -2,6 +2,8 @@
 MCP's save_voice), the name and the count checked before any decoding, the save counted again under the
 folder's lock; and a speech request's one-off clone (`ref_audio`), encoded the same way and never saved.
 A clip's length comes from its header (codes/runtime/audio.py read_clip), refused before it is decoded.
+A clip without its transcript is transcribed by the build's recogniser (OmniVoiceOnnx.create_voice) in the same
+executor call that encodes it, so the same slot, limits and deadline hold; a build without one refuses it first.
 Admission (a slot, like a speech request's) is the caller's: codes/serve/lifecycle.py save_voice."""
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.runtime import audio
-from codes.runtime.synthesis import Voice
+from codes.runtime.synthesis import NO_RECOGNISER, Voice
 from codes.serve.errors import RequestError
 from codes.serve.limits import Limits, flag
 from codes.serve.params import check_transcript
@@ -36,13 +38,29 @@ def _clip_samples(data: bytes, limits: Limits, param: str) -> tuple[np.ndarray, 
         raise RequestError(400, str(exc), param, "unreadable_audio") from None
 
 
-async def encode_clip(model: PinEngine, data: bytes, transcript: str, limits: Limits, preprocess_prompt: bool = True,
-                      param: str = "file") -> Voice:
-    """A clip's clone prompt: read off the loop, then encoded on the codec's pool (the codec's one worker)."""
+def needs_transcript(transcript: str | None) -> bool:
+    return transcript is None or not transcript.strip()
+
+
+def check_transcribable(model: PinEngine, transcript: str | None, param: str) -> None:
+    """A clip without its transcript is refused before it is read where the build has no recogniser: the
+    runtime's one line, naming --include-asr (and serve.py's --asr_dir), not the server's folders."""
+    if needs_transcript(transcript) and not model.tts.has_recogniser:
+        raise RequestError(400, NO_RECOGNISER.format(folder="this server's build"), param, "no_recogniser")
+
+
+async def encode_clip(model: PinEngine, data: bytes, transcript: str | None, limits: Limits,
+                      preprocess_prompt: bool = True, param: str = "file") -> Voice:
+    """A clip's clone prompt: read off the loop, then transcribed where `transcript` is missing and encoded on
+    the codec's pool (the codec's one worker)."""
+    check_transcribable(model, transcript, "ref_text" if param == "ref_audio" else "text")
     loop = asyncio.get_running_loop()
     wav, rate = await loop.run_in_executor(None, _clip_samples, data, limits, param)
-    return await loop.run_in_executor(model.decode_pool, model.tts.create_voice, (wav, rate), transcript,
-                                      preprocess_prompt)
+    try:  # a clip silent through, too short, or in which the recogniser heard nothing: the runtime's one line
+        return await loop.run_in_executor(model.decode_pool, model.tts.create_voice, (wav, rate), transcript,
+                                          preprocess_prompt)
+    except UserError as exc:
+        raise RequestError(400, str(exc), param, "unreadable_audio") from None
 
 
 @dataclass(frozen=True)
@@ -51,7 +69,7 @@ class OneOffClip:
     --voices_dir (codes/serve/voices/resolver.py Voices.resolve encodes it, within the request's slot)."""
 
     data: bytes
-    transcript: str
+    transcript: str | None  # None: the recogniser's
     limits: Limits
     preprocess_prompt: bool = True
 
@@ -59,12 +77,16 @@ class OneOffClip:
         return await encode_clip(model, self.data, self.transcript, self.limits, self.preprocess_prompt, "ref_audio")
 
 
-async def save_upload(model: PinEngine, book: VoiceBook, limits: Limits, read, transcript: str, vid: str,
-                      voice_file: bool = False) -> None:
-    """A saved voice from a reference clip (`await read()` gives its bytes, read only once the name
-    and the count are known to be free) and its transcript; RequestError for what the limits refuse.
-    `voice_file`: the bytes are a voice file (.pt or .npz: codes/serve/voices/files.py), kept as they are."""
-    check_transcript(transcript, limits, "text")
+async def save_upload(model: PinEngine, book: VoiceBook, limits: Limits, read, transcript: str | None, vid: str,
+                      voice_file: bool = False) -> Voice:
+    """The voice saved from a reference clip (`await read()` gives its bytes, read only once the name
+    and the count are known to be free) and its transcript (None: the recogniser's); RequestError for what
+    the limits refuse. `voice_file`: the bytes are a voice file (.pt or .npz: codes/serve/voices/files.py),
+    kept as they are."""
+    if not voice_file:
+        check_transcribable(model, transcript, "text")
+        if not needs_transcript(transcript):
+            check_transcript(transcript, limits, "text")
     loop = asyncio.get_running_loop()
     if await loop.run_in_executor(None, book.taken, vid):  # before any decoding
         raise _voice_exists(vid)
@@ -84,6 +106,7 @@ async def save_upload(model: PinEngine, book: VoiceBook, limits: Limits, read, t
     except TooManyVoices:
         raise _too_many_voices(limits) from None
     logger.info("saved voice %s (%d frames)", vid, voice.codes.shape[1])
+    return voice
 
 
 def _voice_exists(vid: str) -> RequestError:
