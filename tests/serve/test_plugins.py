@@ -126,8 +126,10 @@ def test_livekit_interruption_cancels_on_the_server(server):
             await stream.aclose()  # what an agent does to its speech when the user talks over it
 
     run(interrupted())
-    (line,) = ws_lines(server, start, 1)
-    assert line["status"] == "cancelled"
+    first, *after = ws_lines(server, start, 1)
+    assert first["status"] == "cancelled"
+    # after a cancel the connection opens a fresh utterance; the plugin's close may end it before any text came
+    assert all(line["status"] == "disconnected" and line["chars"] == "0" for line in after), after
     wait_idle(server)
 
 
