@@ -49,6 +49,11 @@ NO_RECOGNISER = ("a reference clip needs its transcript (ref_text, --ref_text) u
                  "(or point --asr_dir at a build holding one)")
 
 
+def needs_transcript(ref_text: str | None) -> bool:
+    """Whether a reference clip's transcript is missing (None or blank), so the recogniser must make it."""
+    return ref_text is None or not ref_text.strip()
+
+
 @dataclass
 class Voice:
     """A reusable clone prompt (upstream's VoiceClonePrompt): reference codes, transcript and RMS."""
@@ -295,7 +300,7 @@ class OmniVoiceOnnx:
         takes. Without a transcript (None or blank) the clip is prepared as any other (resampled, a quiet
         one raised), then, with preprocess_prompt, trimmed when over 20 s and its silences shortened, and
         that waveform is transcribed; the text, given or heard, then gets its end punctuation."""
-        needs_text = ref_text is None or not ref_text.strip()
+        needs_text = needs_transcript(ref_text)
         if needs_text and not self.has_recogniser:
             raise UserError(NO_RECOGNISER.format(folder=self.manifest.folder))
         wav, rate = audio_ops.read_audio(ref_audio) if isinstance(ref_audio, (str, Path)) else ref_audio

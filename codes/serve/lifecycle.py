@@ -185,15 +185,18 @@ class Speaking:
     async def flush(self) -> None:
         """What is pending is spoken now, though no sentence end has come; more text may follow."""
         async with self.taking:
-            chunks = self.text.flush() if self.streamed_text and not self.closing else []
-            if chunks:
-                self._add(await self._normalized(chunks), 0)
+            await self._flush_pending()
 
     async def close(self) -> None:
         """No more text: what is pending is spoken, and pieces() ends after it."""
-        await self.flush()
-        async with self.taking:
+        async with self.taking:  # flushed and closed under one hold, so no text pushed between is left unspoken
+            await self._flush_pending()
             self._close()
+
+    async def _flush_pending(self) -> None:
+        chunks = self.text.flush() if self.streamed_text and not self.closing else []
+        if chunks:
+            self._add(await self._normalized(chunks), 0)
 
     def _close(self) -> None:
         self.closing = True

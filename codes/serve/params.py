@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from codes.common.errors import UserError
 from codes.runtime.settings import SWITCHES, TUNABLE, GenerationSettings
+from codes.runtime.synthesis import needs_transcript
 from codes.serve.encode import check_format
 from codes.serve.errors import RequestError
 from codes.serve.limits import MAX_STEPS, Limits, excerpt, flag
@@ -93,7 +94,7 @@ def _clip(body: dict, limits: Limits) -> tuple[bytes | None, str | None]:
     if len(data) > limits.max_upload_bytes:
         raise RequestError(413, f"ref_audio is {len(data)} bytes; the limit is {limits.max_upload_bytes} "
                                 f"({flag('max_upload_bytes')}): trim it", "ref_audio", "clip_too_large")
-    if ref_text is None or not ref_text.strip():  # transcribed where the build can (codes/serve/voices/uploads.py)
+    if needs_transcript(ref_text):  # transcribed where the build can (codes/serve/voices/uploads.py)
         return data, None
     return data, check_transcript(ref_text, limits, "ref_text")
 

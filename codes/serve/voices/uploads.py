@@ -16,7 +16,7 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.runtime import audio
-from codes.runtime.synthesis import NO_RECOGNISER, Voice
+from codes.runtime.synthesis import NO_RECOGNISER, Voice, needs_transcript
 from codes.serve.errors import RequestError
 from codes.serve.limits import Limits, flag
 from codes.serve.params import check_transcript
@@ -36,10 +36,6 @@ def _clip_samples(data: bytes, limits: Limits, param: str) -> tuple[np.ndarray, 
                                 "a clone prompt needs only a few seconds): trim it", param, "clip_too_long") from None
     except UserError as exc:
         raise RequestError(400, str(exc), param, "unreadable_audio") from None
-
-
-def needs_transcript(transcript: str | None) -> bool:
-    return transcript is None or not transcript.strip()
 
 
 def check_transcribable(model: PinEngine, transcript: str | None, param: str) -> None:
