@@ -1,0 +1,413 @@
+"""bench/roofline.py: how far one decoding step is from what this CPU can do.
+
+Two halves:
+- the kernels: the rate ONNX Runtime's kernels reach here, each a one-node graph timed alone, at the
+  step's own GEMM shapes (M tokens x K x N of q/k/v/o, gate/up and down, and the fused q/k/v and
+  gate/up forms), at a large square shape, attention at the step's sequence lengths, and the
+  memory bandwidth;
+- the step: one decoding step of a build, through ONNX Runtime's profiler, its ops grouped into
+  classes, with the work of each op read from the shapes the profiler records.
+
+The roofline of an op is the larger of its work at the best rate any kernel reaches at its shape
+(GEMMs and attention) and its bytes (weights, activations, output) at the measured bandwidth; the
+step's roofline is the sum over its ops. The kernels are the ones this onnxruntime has: the ceiling is measured, not a
+datasheet's.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+MS_DOMAIN = "com.microsoft"
+
+# Op classes of the step: how an op's time is judged.
+INT8_GEMM_OPS = {"DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulInteger", "DynamicQuantizeLinear"}
+NBITS_GEMM_OPS = {"MatMulNBits"}
+FLOAT_GEMM_OPS = {"MatMul", "FusedMatMul", "Gemm"}
+ATTENTION_OPS = {"GroupQueryAttention", "MultiHeadAttention", "Attention"}
+CLASSES = ("int8 GEMM", "int4 GEMM", "fp32 GEMM", "attention", "the rest")
+
+
+def op_class(op: str) -> str:
+    if op in INT8_GEMM_OPS:
+        return "int8 GEMM"
+    if op in NBITS_GEMM_OPS:
+        return "int4 GEMM"
+    if op in FLOAT_GEMM_OPS:
+        return "fp32 GEMM"
+    if op in ATTENTION_OPS:
+        return "attention"
+    return "the rest"
+
+
+# --- the work of an op, from the shapes the profiler records -----------------------------------------
+
+
+def gemm_dims(input_shapes: list[list[int]], output_shape: list[int]) -> tuple[int, int, int]:
+    """(M, K, N) of a MatMul-like op: A [.., M, K] times B, out [.., M, N]; M folds every leading axis."""
+    a, out = input_shapes[0], output_shape
+    k, n = a[-1], out[-1]
+    return int(np.prod(out[:-1])), int(k), int(n)
+
+
+def attention_macs(query: list[int], key: list[int], num_heads: int, head_dim: int) -> int:
+    """Multiply-adds of softmax(QK^T)V for [B, S, heads*hd] queries over [B, T, ...] keys: QK^T and PV."""
+    batch, queries, keys = query[0], query[1], key[1]
+    return 2 * batch * num_heads * queries * keys * head_dim
+
+
+# --- one-node graphs -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A kernel the step could use for a GEMM: its name, class and how to build it."""
+
+    name: str
+    cls: str
+    build: Callable[[int, int, int], tuple[onnx.ModelProto, dict]]
+
+
+def _model(nodes, inputs, outputs, initializers, opset_ms: bool = True) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "roofline", inputs, outputs, initializers)
+    opsets = [helper.make_opsetid("", 21)] + ([helper.make_opsetid(MS_DOMAIN, 1)] if opset_ms else [])
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def _float_in(name: str, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _activations(m: int, k: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((m, k), dtype=np.float32)
+
+
+def _int8_weights(k: int, n: int) -> np.ndarray:
+    """7-bit weights: AVX2's u8 x s8 pairs (vpmaddubsw) saturate int16 with full-range ones; the timing is
+    the same either way, and the products stay exact."""
+    return np.random.default_rng(1).integers(-64, 64, (k, n), dtype=np.int8)
+
+
+def dynamic_quantize_matmul(m: int, k: int, n: int):
+    """fp32 activations quantized per call, int8 weights: what our cpu_int8 build runs."""
+    inits = [numpy_helper.from_array(_int8_weights(k, n), "B"),
+             numpy_helper.from_array(np.array(0.01, np.float32), "scale")]
+    node = helper.make_node("DynamicQuantizeMatMul", ["A", "B", "scale"], ["Y"], domain=MS_DOMAIN)
+    model = _model([node], [_float_in("A", [m, k])], [_float_in("Y", [m, n])], inits)
+    return model, {"A": _activations(m, k)}
+
+
+def matmul_integer(m: int, k: int, n: int):
+    """u8 x s8 -> s32, the bare integer GEMM without quantizing or rescaling."""
+    inits = [numpy_helper.from_array(_int8_weights(k, n), "B")]
+    node = helper.make_node("MatMulInteger", ["A", "B"], ["Y"])
+    a = helper.make_tensor_value_info("A", TensorProto.UINT8, [m, k])
+    y = helper.make_tensor_value_info("Y", TensorProto.INT32, [m, n])
+    model = _model([node], [a], [y], inits, opset_ms=False)
+    return model, {"A": np.random.default_rng(0).integers(0, 256, (m, k), dtype=np.uint8)}
+
+
+def matmul_nbits(bits: int, accuracy_level: int, block_size: int = 32):
+    def build(m: int, k: int, n: int):
+        blocks = k // block_size
+        packed = np.random.default_rng(2).integers(0, 256, (n, blocks, block_size * bits // 8), dtype=np.uint8)
+        inits = [numpy_helper.from_array(packed, "B"),
+                 numpy_helper.from_array(np.full(n * blocks, 0.01, np.float32), "scales")]
+        node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain=MS_DOMAIN, K=k, N=n, bits=bits,
+                                block_size=block_size, accuracy_level=accuracy_level)
+        model = _model([node], [_float_in("A", [m, k])], [_float_in("Y", [m, n])], inits)
+        return model, {"A": _activations(m, k)}
+    return build
+
+
+def matmul_fp32(m: int, k: int, n: int):
+    inits = [numpy_helper.from_array(np.random.default_rng(3).standard_normal((k, n), dtype=np.float32), "B")]
+    node = helper.make_node("MatMul", ["A", "B"], ["Y"])
+    model = _model([node], [_float_in("A", [m, k])], [_float_in("Y", [m, n])], inits, opset_ms=False)
+    return model, {"A": _activations(m, k)}
+
+
+GEMM_KERNELS = (
+    Kernel("DynamicQuantizeMatMul (u8 x s8)", "int8 GEMM", dynamic_quantize_matmul),
+    Kernel("MatMulInteger (u8 x s8 -> s32)", "int8 GEMM", matmul_integer),
+    Kernel("MatMulNBits int4, int8 compute", "int4 GEMM", matmul_nbits(4, 4)),
+    Kernel("MatMulNBits int8, int8 compute", "int4 GEMM", matmul_nbits(8, 4)),
+    Kernel("MatMul fp32", "fp32 GEMM", matmul_fp32),
+)
+
+
+def gqa_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool):
+    """Bidirectional GroupQueryAttention over one sequence, as our backbone calls it (causal=0, no past)."""
+    q, kv = num_heads * head_dim, kv_heads * head_dim
+    inputs = [_float_in("q", [1, seq, q]), _float_in("k", [1, seq, kv]), _float_in("v", [1, seq, kv])]
+    inits = [numpy_helper.from_array(np.array([seq - 1], np.int32), "seqlens_k"),
+             numpy_helper.from_array(np.array(seq, np.int32), "total")]
+    names = ["q", "k", "v", "", "", "seqlens_k", "total", "", "", "", ""]
+    feeds = {n: np.random.default_rng(4).standard_normal((1, seq, q if n == "q" else kv), dtype=np.float32)
+             for n in ("q", "k", "v")}
+    if bias:
+        names[10] = "bias"
+        inputs.append(_float_in("bias", [1, 1, seq, seq]))
+        feeds["bias"] = np.zeros((1, 1, seq, seq), np.float32)
+    node = helper.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"], domain=MS_DOMAIN,
+                            num_heads=num_heads, kv_num_heads=kv_heads, causal=0)
+    outputs = [_float_in("y", [1, seq, q]), _float_in("present_k", None), _float_in("present_v", None)]
+    return _model([node], inputs, outputs, inits), feeds
+
+
+def mha_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool):
+    """MultiHeadAttention with the key/value heads repeated to the query heads (it has no grouping)."""
+    q = num_heads * head_dim
+    inputs = [_float_in("q", [1, seq, q]), _float_in("k", [1, seq, q]), _float_in("v", [1, seq, q])]
+    feeds = {n: np.random.default_rng(5).standard_normal((1, seq, q), dtype=np.float32) for n in ("q", "k", "v")}
+    names = ["q", "k", "v"]
+    if bias:
+        names += ["", "", "bias"]
+        inputs.append(_float_in("bias", [1, 1, seq, seq]))
+        feeds["bias"] = np.zeros((1, 1, seq, seq), np.float32)
+    node = helper.make_node("MultiHeadAttention", names, ["y"], domain=MS_DOMAIN, num_heads=num_heads)
+    return _model([node], inputs, [_float_in("y", [1, seq, q])], []), feeds
+
+
+def attention_kernels(num_heads: int, kv_heads: int, head_dim: int):
+    def make(fn, bias):
+        return lambda seq: fn(seq, num_heads, kv_heads, head_dim, bias)
+    return (
+        ("GroupQueryAttention + bias (ours)", make(gqa_graph, True)),
+        ("GroupQueryAttention, no bias", make(gqa_graph, False)),
+        ("MultiHeadAttention + bias", make(mha_graph, True)),
+        ("MultiHeadAttention, no bias", make(mha_graph, False)),
+    )
+
+
+# --- timing --------------------------------------------------------------------------------------------
+
+
+def session_for(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    with tempfile.TemporaryDirectory() as folder:  # ORT reads the graph at creation; nothing is kept
+        path = Path(folder) / "kernel.onnx"
+        onnx.save(model, str(path))
+        return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def best_seconds(run: Callable[[], object], min_seconds: float, min_runs: int = 3) -> float:
+    """The fastest of repeated runs after one warm-up: a kernel's peak, not its average on a busy host."""
+    run()
+    best, spent, runs = float("inf"), 0.0, 0
+    while runs < min_runs or spent < min_seconds:
+        start = time.perf_counter()
+        run()
+        took = time.perf_counter() - start
+        best, spent, runs = min(best, took), spent + took, runs + 1
+    return best
+
+
+def time_graph(model: onnx.ModelProto, feeds: dict, threads: int, min_seconds: float) -> float | None:
+    """Seconds of one run, or None where this onnxruntime has no such kernel here."""
+    try:
+        session = session_for(model, threads)
+        return best_seconds(lambda: session.run(None, feeds), min_seconds)
+    except Exception:  # ORT's own error types: "not implemented" is a result, not a failure
+        return None
+
+
+def gemm_rates(shapes: Iterable[tuple[int, int, int]], threads: int, min_seconds: float,
+               kernels: tuple[Kernel, ...] = GEMM_KERNELS, log=print) -> list[dict]:
+    """GMAC/s of each kernel at each (M, K, N); None where a kernel does not run here."""
+    rows = []
+    for m, k, n in shapes:
+        for kernel in kernels:
+            model, feeds = kernel.build(m, k, n)
+            seconds = time_graph(model, feeds, threads, min_seconds)
+            rate = m * k * n / seconds / 1e9 if seconds else None
+            rows.append({"kernel": kernel.name, "class": kernel.cls, "m": m, "k": k, "n": n, "seconds": seconds,
+                         "gmacs": rate})
+            log(f"  {kernel.name:34s} M={m:5d} K={k:5d} N={n:5d}: " + (f"{rate:7.1f} GMAC/s" if rate else "n/a"))
+    return rows
+
+
+def attention_rates(seqs: Iterable[int], num_heads: int, kv_heads: int, head_dim: int, threads: int,
+                    min_seconds: float, log=print) -> list[dict]:
+    rows = []
+    for seq in seqs:
+        macs = attention_macs([1, seq], [1, seq], num_heads, head_dim)
+        for name, build in attention_kernels(num_heads, kv_heads, head_dim):
+            model, feeds = build(seq)
+            seconds = time_graph(model, feeds, threads, min_seconds)
+            rate = macs / seconds / 1e9 if seconds else None
+            rows.append({"kernel": name, "seq": seq, "seconds": seconds, "gmacs": rate})
+            log(f"  {name:34s} S={seq:5d}: " + (f"{rate:7.1f} GMAC/s" if rate else "n/a"))
+    return rows
+
+
+def bandwidth_gbs(threads: int, megabytes: int = 512, min_seconds: float = 1.0) -> float:
+    """Memory bandwidth, GB/s: a threaded elementwise Add over arrays far past any cache, bytes read
+    plus bytes written."""
+    count = megabytes * 2**20 // 4
+    node = helper.make_node("Add", ["X", "Y"], ["Z"])
+    model = _model([node], [_float_in("X", [count]), _float_in("Y", [count])], [_float_in("Z", [count])], [],
+                   opset_ms=False)
+    x = np.ones(count, np.float32)
+    session = session_for(model, threads)
+    seconds = best_seconds(lambda: session.run(None, {"X": x, "Y": x}), min_seconds)
+    return 3 * count * 4 / seconds / 1e9
+
+
+# --- the step ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpRun:
+    """One op of one step as the profiler saw it."""
+
+    graph: str
+    name: str
+    op: str
+    seconds: float
+    input_shapes: list[list[int]]
+    output_shapes: list[list[int]]
+    bytes: int
+
+    @property
+    def cls(self) -> str:
+        return op_class(self.op)
+
+
+def _shapes(entries) -> list[list[int]]:
+    return [list(next(iter(entry.values()))) for entry in entries or []]
+
+
+def fastest_step(events: list[dict], graph: str, steps: int) -> list[OpRun]:
+    """One step of one session's profile, each op at its fastest over the `steps` steps after the first
+    (which allocates): the same best-of-runs the kernels get, so a busy spell of the host does not count
+    against the step. A graph may run more than once a step (the backbone: conditional and unconditional
+    rows); each run's ops are kept apart."""
+    runs = sorted(e["ts"] for e in events if e.get("name") == "model_run")
+    per_step = len(runs) // (steps + 1)
+    best: dict[tuple[int, str], OpRun] = {}
+    for e in events:
+        if not per_step or e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        run = bisect.bisect_right(runs, e["ts"]) - 1
+        if run < per_step:
+            continue
+        args = e["args"]
+        size = sum(int(args.get(key, 0)) for key in ("activation_size", "parameter_size", "output_size"))
+        op = OpRun(graph, e["name"].removesuffix("_kernel_time"), args["op_name"], e["dur"] / 1e6,
+                   _shapes(args.get("input_type_shape")), _shapes(args.get("output_type_shape")), size)
+        key = (run % per_step, op.name)
+        if key not in best or op.seconds < best[key].seconds:
+            best[key] = op
+    return list(best.values())
+
+
+def step_ops(model_dir: Path, texts: list[str], seconds: list[float], threads: int, steps: int = 3) -> list[OpRun]:
+    """The ops of one decoding step (each at its fastest of `steps`), from ONNX Runtime's profiler."""
+    from codes.checks.bench import DETERMINISTIC
+    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.synthesis import OmniVoiceOnnx
+
+    with tempfile.TemporaryDirectory() as folder:
+        tts = OmniVoiceOnnx(model_dir, threads=threads, profile_dir=Path(folder))
+        requests = tts.settle(texts, duration=seconds)
+        tts.generate_codes(requests, GenerationSettings(num_steps=steps + 1, **DETERMINISTIC))
+        ops = []
+        for graph, session in tts.sessions().items():
+            ops += fastest_step(json.loads(Path(session.end_profiling()).read_text()), graph, steps)
+    return ops
+
+
+def step_tokens(ops: list[OpRun]) -> int:
+    """The rows the backbone runs in a step: every attention node sees each of them once as a query."""
+    attention = [op for op in ops if op.cls == "attention"]
+    layers = len({op.name for op in attention})
+    return round(sum(op.input_shapes[0][0] * op.input_shapes[0][1] for op in attention) / layers) if layers else 0
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The measured ceilings: best GMAC/s per (class, M, K, N) and per attention length, and bandwidth."""
+
+    gemm: list[dict]
+    attention: list[dict]
+    bandwidth_gbs: float
+
+    def gemm_peak(self, m: int, k: int, n: int, classes: tuple[str, ...]) -> float | None:
+        """The best rate of any kernel of `classes` at (K, N), at the measured M nearest to m."""
+        rows = [r for r in self.gemm if r["k"] == k and r["n"] == n and r["gmacs"] and r["class"] in classes]
+        if not rows:
+            return None
+        nearest = min({r["m"] for r in rows}, key=lambda x: abs(x - m))
+        return max(r["gmacs"] for r in rows if r["m"] == nearest)
+
+    def attention_peak(self, seq: int) -> float | None:
+        rows = [r for r in self.attention if r["gmacs"]]
+        if not rows:
+            return None
+        nearest = min({r["seq"] for r in rows}, key=lambda x: abs(x - seq))
+        return max(r["gmacs"] for r in rows if r["seq"] == nearest)
+
+
+# GEMMs of any integer kernel are held to the best integer rate: the class a build uses is its choice.
+INTEGER = ("int8 GEMM", "int4 GEMM")
+FLOAT = ("fp32 GEMM",)
+
+
+def op_work(op: OpRun, num_heads: int, head_dim: int) -> tuple[str, float]:
+    """("GMAC", work) for GEMMs and attention, ("GB", bytes) for the rest."""
+    if op.cls in ("int8 GEMM", "int4 GEMM", "fp32 GEMM") and op.op != "DynamicQuantizeLinear":
+        m, k, n = gemm_dims(op.input_shapes, op.output_shapes[0])
+        return "GMAC", m * k * n / 1e9
+    if op.cls == "attention":
+        return "GMAC", attention_macs(op.input_shapes[0], op.input_shapes[1], num_heads, head_dim) / 1e9
+    return "GB", op.bytes / 1e9
+
+
+def op_floor(op: OpRun, peaks: Peaks, num_heads: int, head_dim: int) -> float | None:
+    """Seconds of the op at the measured ceiling (None where no kernel at its shape was measured)."""
+    unit, work = op_work(op, num_heads, head_dim)
+    moving = op.bytes / 1e9 / peaks.bandwidth_gbs  # the memory roof: its weights and activations once
+    if unit == "GB":
+        return moving
+    if op.cls == "attention":
+        rate = peaks.attention_peak(op.input_shapes[0][1])
+    else:
+        m, k, n = gemm_dims(op.input_shapes, op.output_shapes[0])
+        rate = peaks.gemm_peak(m, k, n, INTEGER if op.cls != "fp32 GEMM" else FLOAT)
+    return max(work / rate, moving) if rate else None
+
+
+def class_table(ops: list[OpRun], peaks: Peaks, steps: int, num_heads: int, head_dim: int) -> list[dict]:
+    """Per op class, per step: seconds, work, achieved rate, the ceiling's rate and seconds."""
+    rows = []
+    for cls in CLASSES:
+        members = [op for op in ops if op.cls == cls]
+        if not members:
+            continue
+        seconds = sum(op.seconds for op in members) / steps
+        works = [op_work(op, num_heads, head_dim) for op in members]
+        # A GEMM class's work is its multiply-adds; the activations' quantizers in it count in time only.
+        unit = "GMAC" if any(u == "GMAC" for u, _ in works) else "GB"
+        work = sum(w for u, w in works if u == unit) / steps
+        floors = [op_floor(op, peaks, num_heads, head_dim) for op in members]
+        floor = sum(f for f in floors if f is not None) / steps
+        rows.append({"class": cls, "seconds": seconds, "unit": unit, "work": work,
+                     "achieved": work / seconds if seconds else None, "floor_seconds": floor,
+                     "peak": work / floor if floor else None, "unmeasured": sum(f is None for f in floors)})
+    return rows

@@ -1,0 +1,156 @@
+"""bench/roofline.py's command line and page: measures the kernels and the steps, writes the table."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+from pathlib import Path
+
+from codes.checks import roofline
+from codes.checks.bench import TEXT_10S, machine, machine_line, write_page
+from codes.common.errors import UserError, run_cli
+
+# The step's two headline cases: the benchmark's 10 s utterance and the voice assistant's 2 s reply.
+CASES = {"10 s utterance": ([TEXT_10S], [10.0]), "2 s reply": (["Turning on the kitchen lights."], [2.1])}
+SQUARE = 2048
+
+
+def model_dims(model_dir: Path) -> dict:
+    data = json.loads((Path(model_dir) / "omnivoice_manifest.json").read_text())
+    return data["model"]
+
+
+def projection_shapes(dims: dict, intermediate: int) -> list[tuple[int, int]]:
+    """(K, N) of the backbone's projections: fused q/k/v, q alone, k or v, o, gate or up, fused
+    gate/up, down."""
+    hidden, head = dims["hidden_size"], dims["head_dim"]
+    q, kv = dims["num_attention_heads"] * head, dims["num_key_value_heads"] * head
+    return [(hidden, q + 2 * kv), (hidden, q), (hidden, kv), (q, hidden), (hidden, intermediate),
+            (hidden, 2 * intermediate), (intermediate, hidden)]
+
+
+def intermediate_size(model_dir: Path, ops: list[roofline.OpRun]) -> int:
+    """The MLP's width, read off the step's down projection (K of the GEMM whose N is the hidden size
+    and whose K is largest)."""
+    hidden = model_dims(model_dir)["hidden_size"]
+    widths = [roofline.gemm_dims(op.input_shapes, op.output_shapes[0])[1] for op in ops
+              if op.cls in ("int8 GEMM", "int4 GEMM", "fp32 GEMM") and op.op != "DynamicQuantizeLinear"
+              and op.output_shapes and op.output_shapes[0][-1] == hidden]
+    return max(widths) if widths else 4 * hidden
+
+
+def step_gemm_shapes(step_ops) -> set[tuple[int, int, int]]:
+    """(M, K, N) of every GEMM the measured steps ran (the heads' and the embeddings' too)."""
+    return {roofline.gemm_dims(op.input_shapes, op.output_shapes[0]) for ops in step_ops for op in ops
+            if op.cls in ("int8 GEMM", "int4 GEMM", "fp32 GEMM") and op.op != "DynamicQuantizeLinear"}
+
+
+def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    parser.add_argument("--model_dir", type=Path, required=True, help="the build whose step is measured")
+    parser.add_argument("--compare", type=Path, nargs="*", default=[], help="other builds' steps, side by side")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--m", type=int, nargs="+", default=[70, 100, 250, 300, 600],
+                        help="GEMM rows (tokens) to measure the kernels at")
+    parser.add_argument("--seq", type=int, nargs="+", default=[70, 100, 250, 300, 600],
+                        help="attention lengths to measure the kernels at")
+    parser.add_argument("--seconds", type=float, default=0.4, help="least time spent timing each kernel")
+    parser.add_argument("--steps", type=int, default=3, help="profiled steps per case; each op counts at its fastest")
+    parser.add_argument("--out", type=Path, help="write the page there (and its .json beside it)")
+    return parser.parse_args(argv)
+
+
+def measure(args: argparse.Namespace, log=print) -> dict:
+    builds = [args.model_dir, *args.compare]
+    for folder in builds:
+        if not (Path(folder) / "omnivoice_manifest.json").is_file():
+            raise UserError(f"{folder} has no omnivoice_manifest.json; pass a folder optimize.py built")
+    dims = model_dims(args.model_dir)
+    steps = {}
+    for folder in builds:
+        for case, (texts, seconds) in CASES.items():
+            log(f"step: {folder} {case}")
+            steps[(str(folder), case)] = roofline.step_ops(folder, texts, seconds, args.threads, args.steps)
+    ops = next(iter(steps.values()))
+    inter = intermediate_size(args.model_dir, ops)
+    listed = [(m, k, n) for m in args.m for k, n in projection_shapes(dims, inter)]
+    shapes = sorted(set(listed) | step_gemm_shapes(steps.values())) + [(SQUARE, SQUARE, SQUARE)]
+    log("GEMM kernels")
+    gemm = roofline.gemm_rates(shapes, args.threads, args.seconds, log=log)
+    log("attention kernels")
+    attention = roofline.attention_rates(args.seq, dims["num_attention_heads"], dims["num_key_value_heads"],
+                                         dims["head_dim"], args.threads, args.seconds, log=log)
+    bandwidth = roofline.bandwidth_gbs(args.threads)
+    log(f"bandwidth {bandwidth:.1f} GB/s")
+    peaks = roofline.Peaks(gemm, attention, bandwidth)
+    tables = {f"{folder}|{case}": {
+        "build": folder, "case": case,
+        "classes": roofline.class_table(ops_, peaks, 1, dims["num_attention_heads"], dims["head_dim"]),
+        "tokens": roofline.step_tokens(ops_)}
+        for (folder, case), ops_ in steps.items()}
+    return {"machine": machine(), "threads": args.threads, "date": datetime.date.today().isoformat(),
+            "gemm": gemm, "attention": attention, "bandwidth_gbs": bandwidth, "steps": tables,
+            "square": SQUARE}
+
+
+def _f(value, digits=1) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(report: dict) -> list[str]:
+    info = report["machine"]
+    lines = ["# The decoding step against this CPU's roofline", "",
+             f"Machine: {machine_line(info)}; {report['threads']} threads; {report['date']}. "
+             "Made by `bench/roofline.py`. Ceilings are the best rate a kernel of this onnxruntime reaches "
+             "here, each timed alone (fastest run); the step is ONNX Runtime's profiler over its kernels, each op at "
+             "its fastest of the profiled steps.", "",
+             f"Memory bandwidth (threaded Add, read + write): **{report['bandwidth_gbs']:.1f} GB/s**.", ""]
+    kernels = sorted({r["kernel"] for r in report["gemm"]}, key=[r["kernel"] for r in report["gemm"]].index)
+    square = report["square"]
+    lines += ["## GEMM kernels, GMAC/s", "",
+              "| M | K x N | " + " | ".join(kernels) + " |", "|---|---|" + "---|" * len(kernels)]
+    keyed = {(r["kernel"], r["m"], r["k"], r["n"]): r["gmacs"] for r in report["gemm"]}
+    for m, k, n in sorted({(r["m"], r["k"], r["n"]) for r in report["gemm"]}, key=lambda s: (s[0] == square, s)):
+        lines.append(f"| {m} | {k} x {n} | " + " | ".join(_f(keyed.get((kn, m, k, n))) for kn in kernels) + " |")
+    att = sorted({r["kernel"] for r in report["attention"]}, key=[r["kernel"] for r in report["attention"]].index)
+    keyed = {(r["kernel"], r["seq"]): r["gmacs"] for r in report["attention"]}
+    lines += ["", "## Attention kernels (one sequence, all heads), GMAC/s", "",
+              "| S | " + " | ".join(att) + " |", "|---|" + "---|" * len(att)]
+    for seq in sorted({r["seq"] for r in report["attention"]}):
+        lines.append(f"| {seq} | " + " | ".join(_f(keyed.get((a, seq))) for a in att) + " |")
+    lines += ["", "## One decoding step against the ceilings", "",
+              "Per step. Work: GMAC for GEMMs and attention, GB moved for the rest. Ceiling: the work at the "
+              "best measured kernel for each op's shape (GEMMs of an integer class held to the best integer "
+              "kernel), or at the measured bandwidth.", "",
+              "| build | case | tokens | class | s | work | achieved | ceiling rate | s at ceiling | × from ceiling |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for table in report["steps"].values():
+        total = sum(c["seconds"] for c in table["classes"])
+        floor = sum(c["floor_seconds"] for c in table["classes"])
+        build = Path(table["build"]).name
+        for c in table["classes"]:
+            unit = "GMAC/s" if c["unit"] == "GMAC" else "GB/s"
+            lines.append(f"| {build} | {table['case']} | {table['tokens']} | {c['class']} | {c['seconds']:.3f} | "
+                         f"{c['work']:.2f} {c['unit']} | {_f(c['achieved'])} {unit} | {_f(c['peak'])} {unit} | "
+                         f"{c['floor_seconds']:.3f} | {_f(c['seconds'] / c['floor_seconds'] if c['floor_seconds'] else None, 2)} |")
+        lines.append(f"| {build} | {table['case']} | {table['tokens']} | **step** | **{total:.3f}** | | | | "
+                     f"**{floor:.3f}** | **{total / floor:.2f}** |")
+    unmeasured = [f"{Path(t['build']).name} {t['case']} {c['class']}: {c['unmeasured']} op(s)"
+                  for t in report["steps"].values() for c in t["classes"] if c["unmeasured"]]
+    kernels_missing = sorted({r["kernel"] for r in report["gemm"] + report["attention"] if r["gmacs"] is None})
+    lines += ["", "Not measured: " + ("; ".join(
+        ([f"kernels this onnxruntime could not run here: {', '.join(kernels_missing)}"] if kernels_missing else [])
+        + ([f"ops with no kernel measured at their shape (left out of the ceiling): {'; '.join(unmeasured)}"]
+           if unmeasured else [])
+        + ["the ISA's nominal peak (clock × lanes): a virtual machine does not show its clock, so the ceiling "
+           "is the best kernel measured"]))]
+    return lines
+
+
+def main(parser: argparse.ArgumentParser, argv=None) -> int:
+    def run() -> None:
+        args = parse(parser, argv)
+        report = measure(args)
+        write_page(args.out, markdown(report), report)
+
+    return run_cli(run)

@@ -1,0 +1,142 @@
+"""bench/roofline.py: the work read off the profiler's shapes, the ceilings' arithmetic, and a real run on the
+tiny int8 build (no timing assertions: rates are what this machine gives)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from codes.checks import roofline
+from helpers.scripts import run_script
+
+
+def test_gemm_dims_fold_leading_axes():
+    assert roofline.gemm_dims([[1, 295, 1024], [], []], [1, 295, 4096]) == (295, 1024, 4096)
+    assert roofline.gemm_dims([[2, 250, 1024]], [2, 250, 8200]) == (500, 1024, 8200)
+
+
+def test_attention_macs_count_both_products():
+    # 16 heads of 128 over 300 queries and 300 keys: QK^T and PV, each 16*300*300*128.
+    assert roofline.attention_macs([1, 300, 2048], [1, 300, 1024], 16, 128) == 2 * 16 * 300 * 300 * 128
+
+
+@pytest.mark.parametrize("op, cls", [("DynamicQuantizeMatMul", "int8 GEMM"), ("MatMulIntegerToFloat", "int8 GEMM"),
+                                     ("MatMulNBits", "int4 GEMM"), ("MatMul", "fp32 GEMM"),
+                                     ("GroupQueryAttention", "attention"), ("SkipSimplifiedLayerNormalization", "the rest")])
+def test_op_classes(op, cls):
+    assert roofline.op_class(op) == cls
+
+
+def op(name, kind, seconds, inputs, outputs, size=0):
+    return roofline.OpRun("llm_decoder", name, kind, seconds, inputs, outputs, size)
+
+
+def test_class_table_holds_each_op_to_the_best_kernel_at_its_shape():
+    peaks = roofline.Peaks(
+        gemm=[{"class": "int8 GEMM", "m": 100, "k": 64, "n": 32, "gmacs": 2.0},
+              {"class": "int4 GEMM", "m": 100, "k": 64, "n": 32, "gmacs": 4.0},  # an integer kernel: counts
+              {"class": "fp32 GEMM", "m": 100, "k": 64, "n": 32, "gmacs": 8.0}],  # a float one: does not
+        attention=[{"seq": 100, "gmacs": 1.0}, {"seq": 10, "gmacs": 5.0}],
+        bandwidth_gbs=10.0)
+    ops = [op("mm", "DynamicQuantizeMatMul", 1.0, [[1, 100, 64]], [[1, 100, 32]]),
+           op("att", "GroupQueryAttention", 0.5, [[1, 100, 256], [1, 100, 128]], [[1, 100, 256]]),
+           op("norm", "SimplifiedLayerNormalization", 0.2, [[1, 100, 64]], [[1, 100, 64]], size=4_000_000_000)]
+    rows = {row["class"]: row for row in roofline.class_table(ops, peaks, steps=2, num_heads=4, head_dim=64)}
+    gemm = rows["int8 GEMM"]
+    assert gemm["seconds"] == 0.5 and gemm["work"] == pytest.approx(100 * 64 * 32 / 1e9 / 2)
+    assert gemm["peak"] == pytest.approx(4.0)  # the best integer kernel, not fp32's 8
+    attention = rows["attention"]
+    assert attention["work"] == pytest.approx(2 * 4 * 100 * 100 * 64 / 1e9 / 2)
+    assert attention["peak"] == pytest.approx(1.0)  # at the measured length nearest 100
+    rest = rows["the rest"]
+    assert rest["unit"] == "GB" and rest["floor_seconds"] == pytest.approx(4.0 / 10.0 / 2)
+
+
+def test_kernel_graphs_compute_what_they_claim():
+    """The timed graphs are the products they are named for, not empty shells: DynamicQuantizeMatMul
+    against numpy, and bidirectional GQA against softmax(QK^T)V with repeated key heads."""
+    model, feeds = roofline.dynamic_quantize_matmul(4, 64, 8)
+    got = roofline.session_for(model, 1).run(None, feeds)[0]
+    weights = onnx_array(model, "B")
+    want = feeds["A"] @ (weights.astype(np.float32) * 0.01)
+    assert np.abs(got - want).max() < 0.02 * np.abs(want).max()  # the activations' 8-bit rounding alone
+
+    model, feeds = roofline.gqa_graph(6, num_heads=4, kv_heads=2, head_dim=8, bias=False)
+    got = roofline.session_for(model, 1).run(None, feeds)[0].reshape(6, 4, 8)
+    q, k, v = (feeds[n][0].reshape(6, -1, 8) for n in ("q", "k", "v"))
+    k, v = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
+    scores = np.einsum("shd,thd->hst", q, k) / np.sqrt(8)
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    want = np.einsum("hst,thd->shd", probs / probs.sum(-1, keepdims=True), v)
+    assert np.abs(got - want).max() < 1e-4
+
+
+def onnx_array(model, name):
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(next(i for i in model.graph.initializer if i.name == name))
+
+
+def test_roofline_page_on_the_tiny_int8_build(builds, tmp_path):
+    folder = builds.get("cpu_int8")
+    out = tmp_path / "roofline.md"
+    result = run_script("bench/roofline.py", "--model_dir", folder, "--m", "8", "--seq", "16", "--seconds", "0.01",
+                        "--steps", "1", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(out.with_suffix(".json").read_text())
+    page = out.read_text()
+    assert report["machine"]["cpu"] in page and "× from ceiling" in page
+    assert report["bandwidth_gbs"] > 0
+    assert {row["kernel"] for row in report["gemm"] if row["gmacs"]} >= {
+        "DynamicQuantizeMatMul (u8 x s8)", "MatMulInteger (u8 x s8 -> s32)", "MatMul fp32"}
+    for case in ("10 s utterance", "2 s reply"):
+        table = report["steps"][f"{folder}|{case}"]
+        classes = {row["class"]: row for row in table["classes"]}
+        assert {"int8 GEMM", "attention", "the rest"} <= set(classes)
+        # Every GEMM of the step was measured at its own shape, so none is left out of the ceiling.
+        assert classes["int8 GEMM"]["unmeasured"] == 0 and classes["int8 GEMM"]["floor_seconds"] > 0
+        assert table["tokens"] > 0
+    assert report["steps"][f"{folder}|10 s utterance"]["tokens"] > report["steps"][f"{folder}|2 s reply"]["tokens"]
+
+
+def test_roofline_refuses_a_folder_that_is_not_a_build(tmp_path):
+    result = run_script("bench/roofline.py", "--model_dir", tmp_path, "--out", tmp_path / "page.md")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path} has no omnivoice_manifest.json; pass a folder optimize.py built"]
+    assert not (tmp_path / "page.md").exists()
+
+
+def test_this_onnxruntime_has_the_kernels_the_roofline_times():
+    """A kernel that does not run is reported as n/a on the page; here, every one must run."""
+    for kernel in roofline.GEMM_KERNELS:
+        model, feeds = kernel.build(4, 64, 16)
+        assert roofline.time_graph(model, feeds, 1, 0.0) is not None, kernel.name
+    for name, build in roofline.attention_kernels(4, 2, 16):
+        model, feeds = build(8)
+        assert roofline.time_graph(model, feeds, 1, 0.0) is not None, name
+
+
+def test_a_gemm_that_streams_more_than_it_computes_is_held_to_the_memory_roof():
+    peaks = roofline.Peaks(gemm=[{"class": "int8 GEMM", "m": 1, "k": 64, "n": 32, "gmacs": 100.0}], attention=[],
+                           bandwidth_gbs=10.0)
+    one_row = op("mm", "DynamicQuantizeMatMul", 1.0, [[1, 1, 64]], [[1, 1, 32]], size=2_000_000_000)
+    assert roofline.op_floor(one_row, peaks, num_heads=1, head_dim=1) == pytest.approx(0.2)  # 2 GB at 10 GB/s
+
+
+def test_each_op_counts_at_its_fastest_after_the_first_step():
+    """Three steps of a graph run twice a step: the first step is left out, and each run's op keeps its own
+    fastest time (conditional and unconditional rows are not mixed)."""
+    events = []
+    for run, (cond, uncond) in enumerate([(1, 1), (5, 9), (3, 7)]):
+        for half, duration in enumerate((cond, uncond)):
+            start = (2 * run + half) * 100
+            events.append({"name": "model_run", "ts": start, "dur": 50})
+            events.append({"cat": "Node", "name": "mm_kernel_time", "ts": start + 1, "dur": duration,
+                           "args": {"op_name": "MatMul", "input_type_shape": [{"float": [1, 2, 4]}],
+                                    "output_type_shape": [{"float": [1, 2, 8]}], "activation_size": "32"}})
+    ops = roofline.fastest_step(events, "llm_decoder", steps=2)
+    assert sorted(op.seconds for op in ops) == [3e-6, 7e-6]
+    assert all(op.input_shapes == [[1, 2, 4]] and op.bytes == 32 for op in ops)
