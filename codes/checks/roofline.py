@@ -282,11 +282,19 @@ class OpRun:
     seconds: float
     input_shapes: list[list[int]]
     output_shapes: list[list[int]]
-    bytes: int
+    data_bytes: int  # activations in and out
+    parameter_bytes: int  # initializers: a GEMM's weights, but also tables only some rows of are read
 
     @property
     def cls(self) -> str:
         return op_class(self.op)
+
+    @property
+    def bytes(self) -> int:
+        """What the op must move at least: its data, and the whole of its parameters only where it reads
+        them all (a GEMM's weights; not a lookup table, nor GQA's rotary caches)."""
+        gemm = self.cls in ("int8 GEMM", "int4 GEMM", "fp32 GEMM")
+        return self.data_bytes + (self.parameter_bytes if gemm else 0)
 
 
 def _shapes(entries) -> list[list[int]]:
@@ -308,9 +316,10 @@ def fastest_step(events: list[dict], graph: str, steps: int) -> list[OpRun]:
         if run < per_step:
             continue
         args = e["args"]
-        size = sum(int(args.get(key, 0)) for key in ("activation_size", "parameter_size", "output_size"))
         op = OpRun(graph, e["name"].removesuffix("_kernel_time"), args["op_name"], e["dur"] / 1e6,
-                   _shapes(args.get("input_type_shape")), _shapes(args.get("output_type_shape")), size)
+                   _shapes(args.get("input_type_shape")), _shapes(args.get("output_type_shape")),
+                   int(args.get("activation_size", 0)) + int(args.get("output_size", 0)),
+                   int(args.get("parameter_size", 0)))
         key = (run % per_step, op.name)
         if key not in best or op.seconds < best[key].seconds:
             best[key] = op

@@ -29,8 +29,8 @@ def test_op_classes(op, cls):
     assert roofline.op_class(op) == cls
 
 
-def op(name, kind, seconds, inputs, outputs, size=0):
-    return roofline.OpRun("llm_decoder", name, kind, seconds, inputs, outputs, size)
+def op(name, kind, seconds, inputs, outputs, size=0, parameters=0):
+    return roofline.OpRun("llm_decoder", name, kind, seconds, inputs, outputs, size, parameters)
 
 
 def test_class_table_holds_each_op_to_the_best_kernel_at_its_shape():
@@ -122,8 +122,11 @@ def test_this_onnxruntime_has_the_kernels_the_roofline_times():
 def test_a_gemm_that_streams_more_than_it_computes_is_held_to_the_memory_roof():
     peaks = roofline.Peaks(gemm=[{"class": "int8 GEMM", "m": 1, "k": 64, "n": 32, "gmacs": 100.0}], attention=[],
                            bandwidth_gbs=10.0)
-    one_row = op("mm", "DynamicQuantizeMatMul", 1.0, [[1, 1, 64]], [[1, 1, 32]], size=2_000_000_000)
+    one_row = op("mm", "DynamicQuantizeMatMul", 1.0, [[1, 1, 64]], [[1, 1, 32]], size=1000, parameters=2_000_000_000)
     assert roofline.op_floor(one_row, peaks, num_heads=1, head_dim=1) == pytest.approx(0.2)  # 2 GB at 10 GB/s
+    # A lookup reads only the rows it gathers: its table is not on the memory roof.
+    lookup = op("gather", "Gather", 1.0, [[1, 1]], [[1, 1, 64]], size=1_000_000_000, parameters=2_000_000_000)
+    assert roofline.op_floor(lookup, peaks, num_heads=1, head_dim=1) == pytest.approx(0.1)
 
 
 def test_each_op_counts_at_its_fastest_after_the_first_step():
@@ -136,7 +139,8 @@ def test_each_op_counts_at_its_fastest_after_the_first_step():
             events.append({"name": "model_run", "ts": start, "dur": 50})
             events.append({"cat": "Node", "name": "mm_kernel_time", "ts": start + 1, "dur": duration,
                            "args": {"op_name": "MatMul", "input_type_shape": [{"float": [1, 2, 4]}],
-                                    "output_type_shape": [{"float": [1, 2, 8]}], "activation_size": "32"}})
+                                    "output_type_shape": [{"float": [1, 2, 8]}], "activation_size": "32",
+                                    "output_size": "64", "parameter_size": "128"}})
     ops = roofline.fastest_step(events, "llm_decoder", steps=2)
     assert sorted(op.seconds for op in ops) == [3e-6, 7e-6]
-    assert all(op.input_shapes == [[1, 2, 4]] and op.bytes == 32 for op in ops)
+    assert all(op.input_shapes == [[1, 2, 4]] and op.bytes == 32 + 64 + 128 for op in ops)
