@@ -36,14 +36,15 @@ INT8_GEMM_OPS = {"DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulInteger
 NBITS_GEMM_OPS = {"MatMulNBits"}
 FLOAT_GEMM_OPS = {"MatMul", "FusedMatMul", "Gemm"}
 ATTENTION_OPS = {"GroupQueryAttention", "MultiHeadAttention", "Attention"}
-CLASSES = ("int8 GEMM", "int4 GEMM", "fp32 GEMM", "attention", "the rest")
+CLASSES = ("int8 GEMM", "n-bit GEMM", "fp32 GEMM", "attention", "the rest")  # n-bit: MatMulNBits
+GEMM_CLASSES = CLASSES[:3]
 
 
 def op_class(op: str) -> str:
     if op in INT8_GEMM_OPS:
         return "int8 GEMM"
     if op in NBITS_GEMM_OPS:
-        return "int4 GEMM"
+        return "n-bit GEMM"
     if op in FLOAT_GEMM_OPS:
         return "fp32 GEMM"
     if op in ATTENTION_OPS:
@@ -141,14 +142,15 @@ def matmul_fp32(m: int, k: int, n: int):
 GEMM_KERNELS = (
     Kernel("DynamicQuantizeMatMul (u8 x s8)", "int8 GEMM", dynamic_quantize_matmul),
     Kernel("MatMulInteger (u8 x s8 -> s32)", "int8 GEMM", matmul_integer),
-    Kernel("MatMulNBits int4, int8 compute", "int4 GEMM", matmul_nbits(4, 4)),
-    Kernel("MatMulNBits int8, int8 compute", "int4 GEMM", matmul_nbits(8, 4)),
+    Kernel("MatMulNBits int4, int8 compute", "n-bit GEMM", matmul_nbits(4, 4)),
+    Kernel("MatMulNBits int8, int8 compute", "n-bit GEMM", matmul_nbits(8, 4)),
     Kernel("MatMul fp32", "fp32 GEMM", matmul_fp32),
 )
 
 
-def gqa_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool):
-    """Bidirectional GroupQueryAttention over one sequence, as our backbone calls it (causal=0, no past)."""
+def gqa_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool, rotary: bool = True):
+    """Bidirectional GroupQueryAttention over one sequence, as our backbone calls it: causal=0, no past,
+    the rotary embedding applied inside (the genai builder's do_rotary)."""
     q, kv = num_heads * head_dim, kv_heads * head_dim
     inputs = [_float_in("q", [1, seq, q]), _float_in("k", [1, seq, kv]), _float_in("v", [1, seq, kv])]
     inits = [numpy_helper.from_array(np.array([seq - 1], np.int32), "seqlens_k"),
@@ -156,18 +158,23 @@ def gqa_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool
     names = ["q", "k", "v", "", "", "seqlens_k", "total", "", "", "", ""]
     feeds = {n: np.random.default_rng(4).standard_normal((1, seq, q if n == "q" else kv), dtype=np.float32)
              for n in ("q", "k", "v")}
+    if rotary:
+        angles = np.outer(np.arange(seq), 1e6 ** (-np.arange(0, head_dim, 2) / head_dim)).astype(np.float32)
+        inits += [numpy_helper.from_array(np.cos(angles), "cos"), numpy_helper.from_array(np.sin(angles), "sin")]
+        names[7:9] = ["cos", "sin"]
     if bias:
         names[10] = "bias"
         inputs.append(_float_in("bias", [1, 1, seq, seq]))
         feeds["bias"] = np.zeros((1, 1, seq, seq), np.float32)
     node = helper.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"], domain=MS_DOMAIN,
-                            num_heads=num_heads, kv_num_heads=kv_heads, causal=0)
+                            num_heads=num_heads, kv_num_heads=kv_heads, causal=0, do_rotary=int(rotary))
     outputs = [_float_in("y", [1, seq, q]), _float_in("present_k", None), _float_in("present_v", None)]
     return _model([node], inputs, outputs, inits), feeds
 
 
 def mha_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool):
-    """MultiHeadAttention with the key/value heads repeated to the query heads (it has no grouping)."""
+    """MultiHeadAttention with the key/value heads repeated to the query heads (it has no grouping) and
+    no rotary step (it would take a node of its own): a slightly generous ceiling."""
     q = num_heads * head_dim
     inputs = [_float_in("q", [1, seq, q]), _float_in("k", [1, seq, q]), _float_in("v", [1, seq, q])]
     feeds = {n: np.random.default_rng(5).standard_normal((1, seq, q), dtype=np.float32) for n in ("q", "k", "v")}
@@ -186,8 +193,8 @@ def attention_kernels(num_heads: int, kv_heads: int, head_dim: int):
     return (
         ("GroupQueryAttention + bias (ours)", make(gqa_graph, True)),
         ("GroupQueryAttention, no bias", make(gqa_graph, False)),
-        ("MultiHeadAttention + bias", make(mha_graph, True)),
-        ("MultiHeadAttention, no bias", make(mha_graph, False)),
+        ("MultiHeadAttention + bias, no rotary", make(mha_graph, True)),
+        ("MultiHeadAttention, no bias, no rotary", make(mha_graph, False)),
     )
 
 
@@ -293,8 +300,12 @@ class OpRun:
     def bytes(self) -> int:
         """What the op must move at least: its data, and the whole of its parameters only where it reads
         them all (a GEMM's weights; not a lookup table, nor GQA's rotary caches)."""
-        gemm = self.cls in ("int8 GEMM", "int4 GEMM", "fp32 GEMM")
-        return self.data_bytes + (self.parameter_bytes if gemm else 0)
+        return self.data_bytes + (self.parameter_bytes if self.is_gemm else 0)
+
+    @property
+    def is_gemm(self) -> bool:
+        """A matrix product (the activations' quantizers in a GEMM class are not)."""
+        return self.cls in GEMM_CLASSES and self.op != "DynamicQuantizeLinear"
 
 
 def _shapes(entries) -> list[list[int]]:
@@ -374,13 +385,13 @@ class Peaks:
 
 
 # GEMMs of any integer kernel are held to the best integer rate: the class a build uses is its choice.
-INTEGER = ("int8 GEMM", "int4 GEMM")
+INTEGER = ("int8 GEMM", "n-bit GEMM")
 FLOAT = ("fp32 GEMM",)
 
 
 def op_work(op: OpRun, num_heads: int, head_dim: int) -> tuple[str, float]:
     """("GMAC", work) for GEMMs and attention, ("GB", bytes) for the rest."""
-    if op.cls in ("int8 GEMM", "int4 GEMM", "fp32 GEMM") and op.op != "DynamicQuantizeLinear":
+    if op.is_gemm:
         m, k, n = gemm_dims(op.input_shapes, op.output_shapes[0])
         return "GMAC", m * k * n / 1e9
     if op.cls == "attention":

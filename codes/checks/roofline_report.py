@@ -35,15 +35,14 @@ def intermediate_size(model_dir: Path, ops: list[roofline.OpRun]) -> int:
     and whose K is largest)."""
     hidden = model_dims(model_dir)["hidden_size"]
     widths = [roofline.gemm_dims(op.input_shapes, op.output_shapes[0])[1] for op in ops
-              if op.cls in ("int8 GEMM", "int4 GEMM", "fp32 GEMM") and op.op != "DynamicQuantizeLinear"
-              and op.output_shapes and op.output_shapes[0][-1] == hidden]
+              if op.is_gemm and op.output_shapes[0][-1] == hidden]
     return max(widths) if widths else 4 * hidden
 
 
 def step_gemm_shapes(step_ops) -> set[tuple[int, int, int]]:
     """(M, K, N) of every GEMM the measured steps ran (the heads' and the embeddings' too)."""
     return {roofline.gemm_dims(op.input_shapes, op.output_shapes[0]) for ops in step_ops for op in ops
-            if op.cls in ("int8 GEMM", "int4 GEMM", "fp32 GEMM") and op.op != "DynamicQuantizeLinear"}
+            if op.is_gemm}
 
 
 def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:

@@ -23,7 +23,7 @@ def test_attention_macs_count_both_products():
 
 
 @pytest.mark.parametrize("op, cls", [("DynamicQuantizeMatMul", "int8 GEMM"), ("MatMulIntegerToFloat", "int8 GEMM"),
-                                     ("MatMulNBits", "int4 GEMM"), ("MatMul", "fp32 GEMM"),
+                                     ("MatMulNBits", "n-bit GEMM"), ("MatMul", "fp32 GEMM"),
                                      ("GroupQueryAttention", "attention"), ("SkipSimplifiedLayerNormalization", "the rest")])
 def test_op_classes(op, cls):
     assert roofline.op_class(op) == cls
@@ -36,7 +36,7 @@ def op(name, kind, seconds, inputs, outputs, size=0, parameters=0):
 def test_class_table_holds_each_op_to_the_best_kernel_at_its_shape():
     peaks = roofline.Peaks(
         gemm=[{"class": "int8 GEMM", "m": 100, "k": 64, "n": 32, "gmacs": 2.0},
-              {"class": "int4 GEMM", "m": 100, "k": 64, "n": 32, "gmacs": 4.0},  # an integer kernel: counts
+              {"class": "n-bit GEMM", "m": 100, "k": 64, "n": 32, "gmacs": 4.0},  # an integer kernel: counts
               {"class": "fp32 GEMM", "m": 100, "k": 64, "n": 32, "gmacs": 8.0}],  # a float one: does not
         attention=[{"seq": 100, "gmacs": 1.0}, {"seq": 10, "gmacs": 5.0}],
         bandwidth_gbs=10.0)
@@ -63,7 +63,7 @@ def test_kernel_graphs_compute_what_they_claim():
     want = feeds["A"] @ (weights.astype(np.float32) * 0.01)
     assert np.abs(got - want).max() < 0.02 * np.abs(want).max()  # the activations' 8-bit rounding alone
 
-    model, feeds = roofline.gqa_graph(6, num_heads=4, kv_heads=2, head_dim=8, bias=False)
+    model, feeds = roofline.gqa_graph(6, num_heads=4, kv_heads=2, head_dim=8, bias=False, rotary=False)
     got = roofline.session_for(model, 1).run(None, feeds)[0].reshape(6, 4, 8)
     q, k, v = (feeds[n][0].reshape(6, -1, 8) for n in ("q", "k", "v"))
     k, v = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
