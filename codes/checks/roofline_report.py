@@ -96,6 +96,12 @@ def _f(value, digits=1) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
+def int8_over_fp32(gemm: list[dict]) -> float:
+    def best(cls):
+        return max((r["gmacs"] for r in gemm if r["class"] == cls and r["gmacs"]), default=float("nan"))
+    return best("int8 GEMM") / best("fp32 GEMM")
+
+
 def markdown(report: dict) -> list[str]:
     info = report["machine"]
     lines = ["# The decoding step against this CPU's roofline", "",
@@ -103,7 +109,9 @@ def markdown(report: dict) -> list[str]:
              "Made by `bench/roofline.py`. Ceilings are the best rate a kernel of this onnxruntime reaches "
              "here, each timed alone (fastest run); the step is ONNX Runtime's profiler over its kernels, each op at "
              "its fastest of the profiled steps.", "",
-             f"Memory bandwidth (threaded Add, read + write): **{report['bandwidth_gbs']:.1f} GB/s**.", ""]
+             f"Memory bandwidth (threaded Add, read + write): **{report['bandwidth_gbs']:.1f} GB/s**. "
+             f"Best int8 GEMM against best fp32 GEMM: **{int8_over_fp32(report['gemm']):.2f}×** (the ISA's lane "
+             "ratio where both kernels reach its limit).", ""]
     kernels = sorted({r["kernel"] for r in report["gemm"]}, key=[r["kernel"] for r in report["gemm"]].index)
     square = report["square"]
     lines += ["## GEMM kernels, GMAC/s", "",
