@@ -50,9 +50,9 @@ def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     parser.add_argument("--compare", type=Path, nargs="*", default=[], help="other builds' steps, side by side")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--m", type=int, nargs="+", default=[70, 100, 250, 300, 600],
-                        help="GEMM rows (tokens) to measure the kernels at")
+                        help="GEMM rows (tokens) to measure the kernels at, besides the step's own")
     parser.add_argument("--seq", type=int, nargs="+", default=[70, 100, 250, 300, 600],
-                        help="attention lengths to measure the kernels at")
+                        help="attention lengths to measure the kernels at, besides the step's own")
     parser.add_argument("--seconds", type=float, default=0.4, help="least time spent timing each kernel")
     parser.add_argument("--steps", type=int, default=3, help="profiled steps per case; each op counts at its fastest")
     parser.add_argument("--out", type=Path, help="write the page there (and its .json beside it)")
@@ -77,7 +77,9 @@ def measure(args: argparse.Namespace, log=print) -> dict:
     log("GEMM kernels")
     gemm = roofline.gemm_rates(shapes, args.threads, args.seconds, log=log)
     log("attention kernels")
-    attention = roofline.attention_rates(args.seq, dims["num_attention_heads"], dims["num_key_value_heads"],
+    lengths = sorted(set(args.seq) | {op.input_shapes[0][1] for ops_ in steps.values() for op in ops_
+                                      if op.cls == "attention"})
+    attention = roofline.attention_rates(lengths, dims["num_attention_heads"], dims["num_key_value_heads"],
                                          dims["head_dim"], args.threads, args.seconds, log=log)
     bandwidth = roofline.bandwidth_gbs(args.threads)
     log(f"bandwidth {bandwidth:.1f} GB/s")

@@ -98,6 +98,9 @@ def test_roofline_page_on_the_tiny_int8_build(builds, tmp_path):
         # Every GEMM of the step was measured at its own shape, so none is left out of the ceiling.
         assert classes["int8 GEMM"]["unmeasured"] == 0 and classes["int8 GEMM"]["floor_seconds"] > 0
         assert table["tokens"] > 0
+    # ... and every attention length it ran.
+    measured = {row["seq"] for row in report["attention"] if row["gmacs"]}
+    assert len(measured) > 1 and 16 in measured
     assert report["steps"][f"{folder}|10 s utterance"]["tokens"] > report["steps"][f"{folder}|2 s reply"]["tokens"]
 
 
