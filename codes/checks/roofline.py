@@ -413,20 +413,20 @@ def op_floor(op: OpRun, peaks: Peaks, num_heads: int, head_dim: int) -> float | 
     return max(work / rate, moving) if rate else None
 
 
-def class_table(ops: list[OpRun], peaks: Peaks, steps: int, num_heads: int, head_dim: int) -> list[dict]:
-    """Per op class, per step: seconds, work, achieved rate, the ceiling's rate and seconds."""
+def class_table(ops: list[OpRun], peaks: Peaks, num_heads: int, head_dim: int) -> list[dict]:
+    """Per op class of one step (its ops): seconds, work, achieved rate, the ceiling's rate and seconds."""
     rows = []
     for cls in CLASSES:
         members = [op for op in ops if op.cls == cls]
         if not members:
             continue
-        seconds = sum(op.seconds for op in members) / steps
+        seconds = sum(op.seconds for op in members)
         works = [op_work(op, num_heads, head_dim) for op in members]
         # A GEMM class's work is its multiply-adds; the activations' quantizers in it count in time only.
         unit = "GMAC" if any(u == "GMAC" for u, _ in works) else "GB"
-        work = sum(w for u, w in works if u == unit) / steps
+        work = sum(w for u, w in works if u == unit)
         floors = [op_floor(op, peaks, num_heads, head_dim) for op in members]
-        floor = sum(f for f in floors if f is not None) / steps
+        floor = sum(f for f in floors if f is not None)
         rows.append({"class": cls, "seconds": seconds, "unit": unit, "work": work,
                      "achieved": work / seconds if seconds else None, "floor_seconds": floor,
                      "peak": work / floor if floor else None, "unmeasured": sum(f is None for f in floors)})

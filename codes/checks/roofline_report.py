@@ -86,7 +86,7 @@ def measure(args: argparse.Namespace, log=print) -> dict:
     peaks = roofline.Peaks(gemm, attention, bandwidth)
     tables = {f"{folder}|{case}": {
         "build": folder, "case": case,
-        "classes": roofline.class_table(ops_, peaks, 1, dims["num_attention_heads"], dims["head_dim"]),
+        "classes": roofline.class_table(ops_, peaks, dims["num_attention_heads"], dims["head_dim"]),
         "tokens": roofline.step_tokens(ops_)}
         for (folder, case), ops_ in steps.items()}
     return {"machine": machine(), "threads": args.threads, "date": datetime.date.today().isoformat(),
