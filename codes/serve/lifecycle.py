@@ -21,6 +21,7 @@ it becomes ready; either way off the loop (a grammar's first use takes about a s
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 
@@ -108,7 +109,9 @@ class Speaking:
         gone = "shutdown" if self.state.draining else "disconnected"
         if exc is None:
             return ("ok", None) if self.completed else (gone, None)
-        if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+        # The engine resolves an item it dropped mid-step with concurrent.futures.CancelledError (an
+        # Exception, not asyncio's): its items were taken away, so the request was going, not failing.
+        if isinstance(exc, (asyncio.CancelledError, concurrent.futures.CancelledError, GeneratorExit)):
             return gone, None
         if isinstance(exc, ConnectionError):  # the client left, or stopped reading
             return "disconnected", str(exc) or None

@@ -216,7 +216,7 @@ def test_wyoming_client_that_leaves_mid_stream_frees_its_items(server):
 
     run(leave())
     (line,) = wait_for_line(server, start, "wyoming")
-    assert line["status"] == "disconnected", line
+    assert line["status"] == "disconnected", (line["status"], line.get("reason"))
     assert int(line["sentences"]) > 10 and float(line["audio"].rstrip("s")) < 60, line  # 60 sentences: about 3 min
     deadline = time.monotonic() + 30
     while http(server, "GET", "/health").json()["outstanding_items"] and time.monotonic() < deadline:

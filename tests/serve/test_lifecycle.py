@@ -207,3 +207,18 @@ def test_streamed_text_is_normalized_sentence_by_sentence_as_it_comes(state, lin
     _, plain = asyncio.run(spoken(False))
     assert "25" in " ".join(plain) and "3 pears" in " ".join(plain)
     assert [line["status"] for line in lines()] == ["ok", "ok"] and idle(state)
+
+
+def test_an_item_the_engine_dropped_mid_step_ends_the_request_as_gone_not_as_an_error():
+    """The engine resolves a running item it drops with concurrent.futures.CancelledError, an Exception
+    unlike asyncio's; reaching a request's end, it means the request was going (a client that left,
+    a server shutting down), and the log line says so (a fresh-clone run logged it as "error")."""
+    import concurrent.futures
+    from types import SimpleNamespace
+
+    state = SimpleNamespace(draining=False)
+    speaking = Speaking(state, None, "wyoming")
+    assert speaking._outcome(concurrent.futures.CancelledError()) == ("disconnected", None)
+    state.draining = True
+    assert speaking._outcome(concurrent.futures.CancelledError()) == ("shutdown", None)
+    assert speaking._outcome(RuntimeError("a real failure"))[0] == "error"
