@@ -236,12 +236,10 @@ def peak_memory_mb(model_dir: Path, threads: int, workload: str, higgs_dir: Path
     return int(out.stdout.strip().splitlines()[-1]) / 1024
 
 
-def step_profile(model_dir: Path, case: Case, threads: int, provider: str | None = None, steps: int = 3,
-                 backbone: Path | None = None) -> dict:
-    """Where one decoding step of `case` goes, by graph and op type, from ONNX Runtime's profiler.
-
-    Runs `steps` + 1 steps and leaves out each graph's first call (allocator growth).
-    """
+def profiled_events(model_dir: Path, case: Case, threads: int, steps: int, provider: str | None = None,
+                    backbone: Path | None = None) -> dict[str, list[dict]]:
+    """Each graph's ONNX Runtime profiler events over `steps` + 1 deterministic decoding steps of `case`
+    (the first for the callers to leave out: allocator growth)."""
     import tempfile
 
     from codes.runtime.settings import GenerationSettings
@@ -251,14 +249,23 @@ def step_profile(model_dir: Path, case: Case, threads: int, provider: str | None
         tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads, profile_dir=Path(folder), backbone=backbone)
         requests = tts.settle(list(case.texts), duration=list(case.seconds))
         tts.generate_codes(requests, GenerationSettings(num_steps=steps + 1, **DETERMINISTIC))
-        seconds: dict[tuple[str, str], float] = {}
-        for graph, session in tts.sessions().items():
-            events = json.loads(Path(session.end_profiling()).read_text())
-            first_end = min(e["ts"] + e["dur"] for e in events if e.get("name") == "model_run")
-            for e in events:
-                if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] > first_end:
-                    key = (graph, e["args"]["op_name"])
-                    seconds[key] = seconds.get(key, 0.0) + e["dur"] / 1e6
+        return {graph: json.loads(Path(session.end_profiling()).read_text())
+                for graph, session in tts.sessions().items()}
+
+
+def step_profile(model_dir: Path, case: Case, threads: int, provider: str | None = None, steps: int = 3,
+                 backbone: Path | None = None) -> dict:
+    """Where one decoding step of `case` goes, by graph and op type, from ONNX Runtime's profiler.
+
+    Runs `steps` + 1 steps and leaves out each graph's first call (allocator growth).
+    """
+    seconds: dict[tuple[str, str], float] = {}
+    for graph, events in profiled_events(model_dir, case, threads, steps, provider, backbone).items():
+        first_end = min(e["ts"] + e["dur"] for e in events if e.get("name") == "model_run")
+        for e in events:
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time") and e["ts"] > first_end:
+                key = (graph, e["args"]["op_name"])
+                seconds[key] = seconds.get(key, 0.0) + e["dur"] / 1e6
     per_step = sorted(((g, op, t / steps) for (g, op), t in seconds.items()), key=lambda row: -row[2])
     return {"case": case.name, "steps": steps,
             "ops": [{"graph": g, "op": op, "s_per_step": t} for g, op, t in per_step]}

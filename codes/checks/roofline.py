@@ -17,8 +17,6 @@ datasheet's.
 from __future__ import annotations
 
 import bisect
-import json
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -207,10 +205,7 @@ def session_for(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    with tempfile.TemporaryDirectory() as folder:  # ORT reads the graph at creation; nothing is kept
-        path = Path(folder) / "kernel.onnx"
-        onnx.save(model, str(path))
-        return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
 
 
 def best_seconds(run: Callable[[], object], min_seconds: float, min_runs: int = 3) -> float:
@@ -337,20 +332,12 @@ def fastest_step(events: list[dict], graph: str, steps: int) -> list[OpRun]:
     return list(best.values())
 
 
-def step_ops(model_dir: Path, texts: list[str], seconds: list[float], threads: int, steps: int = 3) -> list[OpRun]:
-    """The ops of one decoding step (each at its fastest of `steps`), from ONNX Runtime's profiler."""
-    from codes.checks.bench import DETERMINISTIC
-    from codes.runtime.settings import GenerationSettings
-    from codes.runtime.synthesis import OmniVoiceOnnx
+def step_ops(model_dir: Path, case, threads: int, steps: int = 3) -> list[OpRun]:
+    """The ops of one decoding step of `case` (a bench.Case; each op at its fastest of `steps`)."""
+    from codes.checks.bench import profiled_events
 
-    with tempfile.TemporaryDirectory() as folder:
-        tts = OmniVoiceOnnx(model_dir, threads=threads, profile_dir=Path(folder))
-        requests = tts.settle(texts, duration=seconds)
-        tts.generate_codes(requests, GenerationSettings(num_steps=steps + 1, **DETERMINISTIC))
-        ops = []
-        for graph, session in tts.sessions().items():
-            ops += fastest_step(json.loads(Path(session.end_profiling()).read_text()), graph, steps)
-    return ops
+    return [op for graph, events in profiled_events(model_dir, case, threads, steps).items()
+            for op in fastest_step(events, graph, steps)]
 
 
 def step_tokens(ops: list[OpRun]) -> int:
@@ -370,18 +357,20 @@ class Peaks:
 
     def gemm_peak(self, m: int, k: int, n: int, classes: tuple[str, ...]) -> float | None:
         """The best rate of any kernel of `classes` at (K, N), at the measured M nearest to m."""
-        rows = [r for r in self.gemm if r["k"] == k and r["n"] == n and r["gmacs"] and r["class"] in classes]
-        if not rows:
-            return None
-        nearest = min({r["m"] for r in rows}, key=lambda x: abs(x - m))
-        return max(r["gmacs"] for r in rows if r["m"] == nearest)
+        rows = [r for r in self.gemm if r["k"] == k and r["n"] == n and r["class"] in classes]
+        return _best_nearest(rows, "m", m)
 
     def attention_peak(self, seq: int) -> float | None:
-        rows = [r for r in self.attention if r["gmacs"]]
-        if not rows:
-            return None
-        nearest = min({r["seq"] for r in rows}, key=lambda x: abs(x - seq))
-        return max(r["gmacs"] for r in rows if r["seq"] == nearest)
+        return _best_nearest(self.attention, "seq", seq)
+
+
+def _best_nearest(rows: list[dict], key: str, value: int) -> float | None:
+    """The best measured rate among `rows` at the measured `key` nearest to `value` (None: none ran)."""
+    rows = [r for r in rows if r["gmacs"]]
+    if not rows:
+        return None
+    nearest = min({r[key] for r in rows}, key=lambda x: abs(x - value))
+    return max(r["gmacs"] for r in rows if r[key] == nearest)
 
 
 # GEMMs of any integer kernel are held to the best integer rate: the class a build uses is its choice.

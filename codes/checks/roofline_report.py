@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 from pathlib import Path
 
 from codes.checks import roofline
-from codes.checks.bench import TEXT_10S, machine, machine_line, write_page
+from codes.checks.bench import WORKLOADS, Case, machine, machine_line, write_page
 from codes.common.errors import UserError, run_cli
+from codes.runtime.manifest import read_manifest
 
 # The step's two headline cases: the benchmark's 10 s utterance and the voice assistant's 2 s reply.
-CASES = {"10 s utterance": ([TEXT_10S], [10.0]), "2 s reply": (["Turning on the kitchen lights."], [2.1])}
+CASES = (WORKLOADS["10s"][0], Case("2 s reply", ("Turning on the kitchen lights.",), (2.1,)))
 SQUARE = 2048
 
 
 def model_dims(model_dir: Path) -> dict:
-    data = json.loads((Path(model_dir) / "omnivoice_manifest.json").read_text())
-    return data["model"]
+    return read_manifest(model_dir, verify=False).data["model"]
 
 
 def projection_shapes(dims: dict, intermediate: int) -> list[tuple[int, int]]:
@@ -67,9 +66,9 @@ def measure(args: argparse.Namespace, log=print) -> dict:
     dims = model_dims(args.model_dir)
     steps = {}
     for folder in builds:
-        for case, (texts, seconds) in CASES.items():
-            log(f"step: {folder} {case}")
-            steps[(str(folder), case)] = roofline.step_ops(folder, texts, seconds, args.threads, args.steps)
+        for case in CASES:
+            log(f"step: {folder} {case.name}")
+            steps[(str(folder), case.name)] = roofline.step_ops(folder, case, args.threads, args.steps)
     ops = next(iter(steps.values()))
     inter = intermediate_size(args.model_dir, ops)
     listed = [(m, k, n) for m in args.m for k, n in projection_shapes(dims, inter)]
