@@ -48,13 +48,13 @@ def serve(argv: list[str]) -> None:
 
     import serve as serve_script
     from codes.serve.app import create_app
-    from codes.serve.lifecycle import Speaking
+    from codes.serve.lifecycle import SpeechRequest
     from codes.serve.startup import load_model, service_options, service_state
 
     def emit(kind: str, **fields) -> None:
         print(json.dumps({"event": kind, "at": time.monotonic(), **fields}), flush=True)
 
-    release, end = Speaking._release, Speaking.end
+    release, end = SpeechRequest._release, SpeechRequest.end
 
     def released(self):  # the request slot
         if self.holds_slot and self.door == "ws":
@@ -84,7 +84,7 @@ def serve(argv: list[str]) -> None:
                 item.future.add_done_callback(gone)
         end(self, status, reason)
 
-    Speaking._release, Speaking.end = released, ended
+    SpeechRequest._release, SpeechRequest.end = released, ended
     args = serve_script.parse_args(argv)
     options = service_options(args)
     state = service_state(options)

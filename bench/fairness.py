@@ -29,7 +29,7 @@ import serve  # noqa: E402
 from codes.checks.bench import machine, machine_line, write_page  # noqa: E402
 from codes.runtime.engine import WorkItem  # noqa: E402
 from codes.runtime.specs import SAMPLE_RATE  # noqa: E402
-from codes.serve.lifecycle import Speaking  # noqa: E402
+from codes.serve.lifecycle import SpeechRequest  # noqa: E402
 from codes.serve.params import parse_speech  # noqa: E402
 from codes.serve.startup import load_model, service_options, service_state  # noqa: E402
 
@@ -44,7 +44,7 @@ async def flood(state, stop: asyncio.Event, body: dict, seconds: float) -> int:
     while not stop.is_set() and time.perf_counter() < until:
         params = parse_speech({**body, "input": LONG}, state.config.limits, state.config.settings)
         try:
-            async with Speaking(state, params, "bench") as speaking:
+            async with SpeechRequest(state, params, "bench") as speaking:
                 opened += 1
                 async for _ in speaking.pieces():
                     break  # dropped after its first audio: only first chunks reach the engine
@@ -58,7 +58,7 @@ async def listen(state, body: dict) -> dict:
     params = parse_speech({**body, "input": LISTENED}, state.config.limits, state.config.settings)
     start = time.perf_counter()
     stalls, played_until, first = [], None, None
-    async with Speaking(state, params, "bench") as speaking:
+    async with SpeechRequest(state, params, "bench") as speaking:
         async for wav in speaking.pieces():
             now = time.perf_counter()
             if played_until is None:

@@ -3,7 +3,7 @@
     from codes import OmniVoice, OmniVoiceGenerationConfig, VoiceClonePrompt   # upstream's API (codes/runtime/api.py)
 """
 
-__version__ = "0.1.0"
+from codes.common.version import VERSION as __version__  # noqa: F401 (the package's own attribute)
 
 _API = ("OmniVoice", "OmniVoiceGenerationConfig", "VoiceClonePrompt")
 

@@ -73,10 +73,10 @@ def test_no_import_circle():
 
 # The serve wing's lower half (codes/serve/voices/, the loaded model, a request's sentences) knows nothing
 # of the state the doors share, so the walk from create_app runs downhill (issue 34: it climbed back 6 times).
-BELOW_THE_STATE = ("codes.serve.voices", "codes.serve.loaded_model", "codes.serve.speech")
-THE_STATE_AND_ABOVE = {"codes.serve.service", "codes.serve.lifecycle", "codes.serve.app", "codes.serve.wyoming",
-                       "codes.serve.mcp", "codes.serve.speech_socket", "codes.serve.startup", "codes.serve.run", "codes.serve.replica"}
-DOORS = ("app", "speech_socket", "wyoming", "mcp", "lifecycle")
+BELOW_THE_STATE = ("codes.serve.voices", "codes.serve.loaded_model", "codes.serve.sentences")
+THE_STATE_AND_ABOVE = {"codes.serve.state", "codes.serve.lifecycle", "codes.serve.app", "codes.serve.guard", "codes.serve.wyoming",
+                       "codes.serve.mcp", "codes.serve.stream_door", "codes.serve.startup", "codes.serve.run", "codes.serve.replica"}
+DOORS = ("app", "stream_door", "wyoming", "mcp", "lifecycle")
 # What only the resolver (codes/serve/voices/resolver.py Voices) may touch to make a voice from a name.
 RESOLVERS_OWN = {"pins", "load_saved", "saved_path", "clone"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codes import __version__
+from codes.common.version import VERSION
 from codes.common.fileio import sha256_file, write_json_atomic
 from codes.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME
 
@@ -22,7 +22,7 @@ def hash_files(folder: Path, names=None) -> dict[str, str]:
 def write_manifest(folder: Path, body: dict, files: list[str], hashes: dict | None = None) -> Path:
     """Hash the build's own files (or take `hashes` already made) and write the manifest, which
     must not reference a file the build did not write."""
-    data = {"format": FORMAT, "format_version": FORMAT_VERSION, "toolkit_version": __version__, **body}
+    data = {"format": FORMAT, "format_version": FORMAT_VERSION, "toolkit_version": VERSION, **body}
     data["files"] = hashes if hashes is not None else hash_files(folder, files)
     missing = [name for name in _referenced_files(data) if name not in data["files"]]
     if missing:

@@ -45,6 +45,27 @@ INSTRUCT_VALID_ZH = INSTRUCT_VALID - INSTRUCT_VALID_EN
 _SUGGESTION_POOL = sorted(INSTRUCT_VALID)
 
 
+# English names of the Chinese dialects, for pages that list them (the instruct itself is the Chinese item).
+DIALECT_NAMES = {"东北话": "Northeastern", "云南话": "Yunnan", "四川话": "Sichuan", "宁夏话": "Ningxia", "桂林话": "Guilin",
+                 "河南话": "Henan", "济南话": "Jinan", "甘肃话": "Gansu", "石家庄话": "Shijiazhuang", "贵州话": "Guizhou",
+                 "陕西话": "Shaanxi", "青岛话": "Qingdao"}
+
+
+def design_vocabulary() -> list[dict]:
+    """Upstream's voice-design vocabulary by category, for a page to build its lists from: each item's
+    `value` (what an instruct says), its Chinese form `zh` where it has one (a dialect's instruct is all
+    Chinese), and for a dialect its English `label`. The items of one category exclude each other."""
+    categories = []
+    for category in load_table("instruct")["categories"]:
+        if "en_to_zh" in category:
+            items = [{"value": en, "zh": zh} for en, zh in category["en_to_zh"].items()]
+        else:
+            items = [{"value": item, **({"label": DIALECT_NAMES[item]} if item in DIALECT_NAMES else {})}
+                     for item in category["items"]]
+        categories.append({"name": category["name"], "items": items})
+    return categories
+
+
 # Upstream's lang_display_name: str.title() but for these (apostrophes, "de", "del").
 _TITLE_EXCEPTIONS = {
     "fe'fe'": "Fe'fe'",

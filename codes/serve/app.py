@@ -18,193 +18,34 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hmac
 import json
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from codes.common.errors import UserError
-from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
-from codes.runtime.voice_design import language_choices
+from codes.runtime.voice_design import design_vocabulary, language_choices
 from codes.serve.door import Door, MountedDoor
 from codes.serve.encode import CONTENT_TYPES, StreamEncoder
-from codes.serve.errors import ClientStalled, RequestError, StreamFailed, as_request_error
-from codes.serve.lifecycle import Speaking, save_voice
-from codes.serve.origins import refusal
-from codes.serve.params import MODEL_IDS, SpeechParams, base64_length, parse_speech
+from codes.serve.errors import REFUSALS, ClientStalled, RequestError, as_request_error
+from codes.serve.guard import SPEECH_PATH, SPEECH_SCOPE, UPLOAD_PATH, envelope, error_response, guarded
+from codes.serve.lifecycle import SpeechRequest, save_voice
+from codes.serve.params import MODEL_IDS, SpeechParams, parse_speech
 from codes.serve.playground import add_playground
-from codes.serve.service import ServerState
-from codes.serve.speech_socket import add_speech_socket, offered_key
-from codes.serve.voices.book import DESIGN_VOICES, voice_id
-from codes.serve.voices.files import export_voice, is_voice_file_name
+from codes.serve.state import ServerState
+from codes.serve.stream_door import add_stream_door
+from codes.serve.voices.book import NotDeletable
+from codes.serve.voices.files import export_voice
 
 logger = logging.getLogger("omnivoice.serve")
 LANGUAGES = language_choices()
+VOICE_DESIGN = design_vocabulary()
 
-SPEECH_PATH = "/v1/audio/speech"
 STREAM_HEADERS = {"X-Accel-Buffering": "no", "Cache-Control": "no-cache"}
-REPLICA_HEADER = "x-omnivoice-replica"
-
-
-def envelope(status: int, message: str, param=None, code=None, kind="invalid_request_error") -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status)
-
-
-def error_envelope(error: RequestError) -> JSONResponse:
-    return envelope(error.status, error.message, error.param, error.code, error.kind)
-
-
-# --- the app ---------------------------------------------------------------------------------------
-
-def _too_large(limit: int, flag: str) -> JSONResponse:
-    return envelope(413, f"the request body is over {limit} bytes; send less, or start the server with a larger "
-                         f"{flag}", code="body_too_large")
-
-
-def _key_matches(scope, key: str) -> bool:
-    """Compared as bytes: a client sends a non-ASCII key as its UTF-8, and the header's latin-1 text
-    re-encoded as UTF-8 never matched it. A WebSocket from a browser, which cannot set headers, may
-    carry it in a subprotocol instead (codes/serve/speech_socket.py)."""
-    given = dict(scope.get("headers") or []).get(b"authorization", b"")
-    token = given[7:] if given[:7].lower() == b"bearer " else b""
-    if scope["type"] == "websocket" and not token:
-        token = offered_key(scope) or b""
-    return hmac.compare_digest(token, key.encode("utf-8", "surrogateescape"))  # a flag of raw bytes: those bytes
-
-
-def _guard(app, state: ServerState, mounted=None):
-    """ASGI middleware around every request (plain ASGI: Starlette's BaseHTTPMiddleware would turn a
-    stream that fails into a clean end):
-    - every path but /health refuses a web page that may not call it (403, codes/serve/origins.py);
-    - with --api-key, /v1/* and the mounted door's paths (/mcp) need 'Authorization: Bearer KEY' (401);
-    - a body past its limit is refused before it is read (by its Content-Length) or while it is
-      (counted as it arrives), and one that takes past --body-seconds to arrive gets a 408, so no
-      route ever holds more than the limit, or holds it for long;
-    - a client that leaves a response unread for --write-seconds is let go;
-    - a speech request that is still open when its response ends, however it ends (a response whose
-      body never started streaming included), is closed: its lifecycle then frees what it held."""
-
-    async def middleware(scope, receive, send):
-        if scope["type"] not in ("http", "websocket"):
-            return await app(scope, receive, send)
-        if state.config.replica and scope["type"] == "http":
-            send = _named(send, state.config.replica)
-        key = state.config.api_key
-        if scope["path"] != "/health":
-            refused = refusal(dict(scope.get("headers") or []), state.config.browsers, keyed=bool(key))
-            if refused is not None:
-                return await _deny(envelope(403, refused[1], code=refused[0], kind="permission_error"), scope,
-                                   receive, send)
-        guarded = scope["path"].startswith("/v1/") or (mounted is not None and mounted.handles(scope["path"]))
-        if key and guarded and not _key_matches(scope, key):
-            return await _deny(envelope(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                                        code="invalid_api_key"), scope, receive, send)
-        if scope["type"] == "websocket":  # its own bounds: codes/serve/speech_socket.py
-            return await app(scope, receive, send)
-        spoken = scope.setdefault("omnivoice_speech", [])  # (Speaking, its response body) per speech request
-        try:
-            return await _limited(scope, receive, _write_bounded(send, spoken))
-        except ClientStalled:  # the connection is closed by the server (uvicorn logs it as incomplete)
-            return
-        finally:
-            for _, body in spoken:
-                await body.aclose()
-
-    def _write_bounded(send, spoken):
-        seconds = state.config.limits.write_seconds
-
-        async def bounded(message):
-            try:
-                await asyncio.wait_for(send(message), seconds)
-            except asyncio.TimeoutError:
-                reason = f"the client read nothing for {seconds:g} s (--write-seconds); closed"
-                for speaking, _ in spoken:
-                    speaking.end("disconnected", reason)
-                raise ClientStalled(reason) from None
-
-        return bounded
-
-    async def _limited(scope, receive, send):
-        target = mounted.app if mounted is not None and mounted.handles(scope["path"]) else app
-        limits = state.config.limits
-        upload = scope["path"] == "/v1/audio/voices"
-        limit, flag = ((limits.max_upload_bytes, "--max-upload-bytes") if upload
-                       else (limits.max_body_bytes, "--max-body-bytes"))
-        if scope["path"] == SPEECH_PATH:  # it may carry a one-off clone's clip (ref_audio), in base64
-            limit, flag = limit + base64_length(limits.max_upload_bytes), "--max-body-bytes or --max-upload-bytes"
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _drain(receive)
-            return await _too_large(limit, flag)(scope, receive, send)
-        seen, cut, whole = 0, None, False  # cut: the answer that replaces the app's once the body was cut short
-        deadline = asyncio.get_running_loop().time() + limits.body_seconds
-
-        async def counted():
-            nonlocal seen, cut, whole
-            if cut is not None or whole:  # after the body: only a disconnect comes, whenever it does
-                return await receive()
-            try:
-                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
-            except asyncio.TimeoutError:
-                cut = envelope(408, f"the request body took over {limits.body_seconds:g} s to arrive "
-                                    "(--body-seconds); send it at once", code="body_too_slow")
-                return {"type": "http.request", "body": b"", "more_body": False}
-            seen += len(message.get("body", b""))
-            if seen > limit:  # the app reads the body as ended here, and its answer is replaced
-                cut = _too_large(limit, flag)
-                if message.get("more_body"):
-                    await _drain(receive)
-                return {"type": "http.request", "body": b"", "more_body": False}
-            whole = message["type"] != "http.request" or not message.get("more_body")
-            return message
-
-        async def replaced(message):
-            if cut is None:
-                return await send(message)
-            if message["type"] == "http.response.start":  # the app's answer to a cut body: the cut's instead
-                await cut(scope, receive, send)
-
-        return await target(scope, counted, replaced)
-
-    return middleware
-
-
-async def _deny(answer: JSONResponse, scope, receive, send) -> None:
-    """A refusal in the API's envelope; for a WebSocket, as the handshake's HTTP answer where the server
-    can send one (uvicorn can), else a close before the handshake (the client sees a 403)."""
-    if scope["type"] == "http" or "websocket.http.response" in (scope.get("extensions") or {}):
-        return await answer(scope, receive, send)
-    await send({"type": "websocket.close", "code": 1008})
-
-
-def _named(send, replica: str):
-    """`send` with the replica's name on every response's headers."""
-    header = (REPLICA_HEADER.encode(), replica.encode("latin-1"))
-
-    async def named(message):
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), header]}
-        await send(message)
-
-    return named
-
-
-async def _drain(receive, cap: int = 64 << 20) -> None:
-    """Read and drop the rest of a refused body (up to `cap`), so the client reads the 413 rather than
-    a connection reset while it is still sending."""
-    dropped = 0
-    while dropped < cap:
-        message = await receive()
-        dropped += len(message.get("body", b""))
-        if message["type"] != "http.request" or not message.get("more_body"):
-            return
 
 
 def create_app(state: ServerState, doors: Sequence[Door] = ()):
@@ -222,12 +63,11 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
     app.state.omnivoice = state
     limits = state.config.limits
 
-    @app.exception_handler(RequestError)
-    @app.exception_handler(UserError)
-    @app.exception_handler(EngineDown)
-    @app.exception_handler(StreamFailed)
     async def _refused(_, exc: Exception):
-        return error_envelope(as_request_error(exc))
+        return error_response(as_request_error(exc))
+
+    for refused in REFUSALS:
+        app.add_exception_handler(refused, _refused)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_, exc: StarletteHTTPException):
@@ -243,13 +83,13 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
             logger.warning("http: letting a client go: %s", exc)
         else:
             logger.exception("request failed")
-        return envelope(500, f"internal error: {type(exc).__name__}", kind="server_error", code="internal_error")
+        return error_response(as_request_error(exc))
 
     @app.get("/health")
     async def health():
         error = state.unavailable()
         if error is not None:
-            return error_envelope(error)
+            return error_response(error)
         engine = state.model.engine
         return {"status": "ok", "outstanding_items": len(state.model.outstanding), "requests_in_flight": state.in_flight,
                 "max_batch": engine.max_batch, "max_queue": engine.max_queue,
@@ -268,6 +108,10 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
     async def languages():  # the playground's list: every language the model knows, by upstream's display names
         return {"languages": LANGUAGES}
 
+    @app.get("/v1/audio/voice-design")
+    async def voice_design():  # the playground's Design lists: upstream's vocabulary, by category
+        return {"categories": VOICE_DESIGN}
+
     @app.get("/v1/audio/defaults")
     async def defaults():  # what a speech request leaves out gets: the playground shows these
         transcribes = state.model is not None and state.model.tts.has_recogniser  # a clip may come without its text
@@ -279,22 +123,19 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
         listing = await asyncio.get_running_loop().run_in_executor(None, state.voices.book.listing)
         return {"voices": listing}
 
-    @app.post("/v1/audio/voices")
+    @app.post(UPLOAD_PATH)
     async def add_voice(request: Request):
         state.ready()
         form = await request.form(max_part_size=limits.max_upload_bytes)
         upload = form.get("file") or form.get("audio_sample")
         if upload is None or isinstance(upload, str):
             raise RequestError(400, "send the reference clip as the multipart file field 'file'", "file")
-        voice_file = is_voice_file_name(getattr(upload, "filename", None))  # a .pt/.npz: its own transcript
         transcript = form.get("text") or form.get("ref_text")  # left out: the recogniser's, where the build has one
-        if voice_file:
-            transcript = ""
-        elif transcript is not None and not isinstance(transcript, str):
+        if transcript is not None and not isinstance(transcript, str):
             raise RequestError(400, "send the clip's transcript as the text field 'text', or leave it out", "text")
-        name = form.get("name") or getattr(upload, "filename", None) or ""
-        vid = voice_id(Path(str(name)[:256]).stem if not form.get("name") else str(name)[:256])
-        voice = await save_voice(state, upload.read, transcript, vid, voice_file=voice_file)
+        name = form.get("name")
+        vid, voice = await save_voice(state, upload.read, getattr(upload, "filename", None),
+                                      name if isinstance(name, str) else None, transcript)
         return {"id": vid, "name": vid, "transcript": voice.text}
 
     @app.get("/v1/audio/voices/{vid}")
@@ -305,10 +146,12 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
 
     @app.delete("/v1/audio/voices/{vid}")
     async def delete_voice(vid: str):
-        if vid in DESIGN_VOICES:
-            raise RequestError(400, f"{vid!r} is a built-in voice and cannot be deleted", "voice")
         loop = asyncio.get_running_loop()
-        if not await loop.run_in_executor(None, state.voices.book.delete, vid):
+        try:
+            deleted = await loop.run_in_executor(None, state.voices.book.delete, vid[:64])
+        except NotDeletable as exc:
+            raise RequestError(400, str(exc), "voice") from None
+        if not deleted:
             unknown = await loop.run_in_executor(None, state.voices.book.unknown_voice, vid[:64])
             raise RequestError(404, str(unknown), "voice", "voice_not_found")
         return {"id": vid, "deleted": True}
@@ -321,9 +164,9 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise RequestError(400, "the request body is not valid JSON") from None
         params = parse_speech(body, limits, state.config.settings, normalize=state.config.normalize_text)
-        speaking = Speaking(state, params, "http")
+        speaking = SpeechRequest(state, params, "http")
         audio = _encoded(speaking, params)
-        request.scope["omnivoice_speech"].append((speaking, audio))  # closed by _guard, however the response ends
+        request.scope[SPEECH_SCOPE].append((speaking, audio))  # closed by the guard, however the response ends
         first = await _until_first_audio(request, speaking, audio, limits.request_timeout)
         if params.stream_format == "sse":
             return StreamingResponse(_sse_events(first, audio, speaking, params), media_type="text/event-stream",
@@ -331,12 +174,12 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
         return StreamingResponse(_then(first, audio), media_type=CONTENT_TYPES[params.response_format],
                                  headers=STREAM_HEADERS)
 
-    add_speech_socket(app, state)
+    add_stream_door(app, state)
     add_playground(app)
-    return _guard(app, state, next((door for door in doors if isinstance(door, MountedDoor)), None))
+    return guarded(app, state, next((door for door in doors if isinstance(door, MountedDoor)), None))
 
 
-async def _encoded(speaking: Speaking, params: SpeechParams):
+async def _encoded(speaking: SpeechRequest, params: SpeechParams):
     """The request's whole life as its response body: each chunk's audio encoded (in an executor) as
     it is ready, as (bytes, the chunk's timing), and the encoder's tail as (bytes, None). Anything that
     goes wrong, the encoder's failure included, raises through the lifecycle, so the log line says so
@@ -355,7 +198,7 @@ async def _encoded(speaking: Speaking, params: SpeechParams):
             encoder.abort()
 
 
-async def _until_first_audio(request: Request, speaking: Speaking, audio, timeout: float) -> tuple:
+async def _until_first_audio(request: Request, speaking: SpeechRequest, audio, timeout: float) -> tuple:
     """Voice, sentences, submission and the first sentence's audio; 504 past the timeout, and a client
     that leaves before then has its work cancelled (ended through the lifecycle)."""
     first = asyncio.ensure_future(audio.__anext__())
@@ -395,7 +238,7 @@ async def _with_first(first: tuple, rest):
         yield encoded
 
 
-async def _sse_events(first: tuple, audio, speaking: Speaking, params: SpeechParams):
+async def _sse_events(first: tuple, audio, speaking: SpeechRequest, params: SpeechParams):
     """OpenAI's SSE events over the encoded audio, each chunk's audio followed by a
     `speech.audio.timing` event saying where its text lies in the audio; a failure is an `error`
     event, not a `done`."""
@@ -407,9 +250,7 @@ async def _sse_events(first: tuple, audio, speaking: Speaking, params: SpeechPar
             if timing is not None:
                 yield f"data: {json.dumps({'type': 'speech.audio.timing', **timing})}\n\n"
     except Exception as exc:  # the lifecycle has logged it
-        error = as_request_error(exc)
-        event = {"type": "error", "error": {"message": error.message, "type": error.kind, "code": "generation_failed"}}
-        yield f"data: {json.dumps(event)}\n\n"
+        yield f"data: {json.dumps({'type': 'error', **as_request_error(exc).body()})}\n\n"
         return
     input_tokens = len(speaking.model.tts.tokenizer.encode(params.text))
     output_tokens = speaking.job.output_frames()

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from codes.common.errors import UserError
 from codes.common.ray_start import ROOT, ray_cause, start_ray
+from codes.serve.guard import REPLICA_HEADER  # every answer of a replica's names it
 from codes.serve.proxy_errors import IMPORT_PATH as PROXY_ERRORS
 from codes.serve.limits import Limits
 from codes.serve.proxy_errors import ROUTE_ENV
@@ -50,7 +51,6 @@ CLUSTER_FLAGS = ("--address", "--replicas", "--min-replicas", "--max-replicas", 
                  "--route-prefix", "--max-queued-requests")
 MAX_QUEUED_REQUESTS = 64  # requests Ray's proxy holds for busy replicas before it answers 429
 RETRY_AFTER_S = 1.0  # the Retry-After of that 429
-REPLICA_HEADER = "x-omnivoice-replica"  # every answer of a replica's names it
 OWNER_NAMESPACE = "omnivoice"  # Ray's key-value store: who deployed the application
 # Extra Ray Serve autoscaling settings as a JSON object, e.g. {"upscale_delay_s": 1, "downscale_delay_s": 2}:
 # for tests and tuning (Serve's defaults wait 30 s before adding a replica and 600 s before removing one).

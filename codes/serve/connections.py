@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from codes.common.errors import UserError
-from codes.serve.app import envelope
+from codes.serve.envelope import error_bytes
 from codes.serve.limits import Limits, flag
 
 logger = logging.getLogger("omnivoice.serve")
@@ -167,7 +167,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         if self.cycle is not None and not self.cycle.response_complete:  # a pipelined head, while a request is
             self.cycle.keep_alive = False  # answered: nothing may go into the middle of that answer; it closes after
             return
-        body = envelope(status, message, code=code, kind=kind).body
+        body = error_bytes(message, kind, code=code)
         head = [STATUS_LINE[status]]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
         head += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body),

@@ -1,15 +1,21 @@
 """How a refusal or failure reads on every door: one RequestError per case, whatever raised it.
 
-HTTP answers `status` with OpenAI's envelope (message, type=`kind`, param, code); Wyoming sends an
-error event with the message and the code; MCP a tool error with the message. `as_request_error`
-is the one mapping from the runtime's and the service's exceptions to those.
+HTTP answers `status` with OpenAI's envelope (message, type=`kind`, param, code: codes/serve/envelope.py);
+the stream door sends the same body in an error message; Wyoming sends an error event with the message and
+the code; MCP a tool error with the message. `REFUSALS` are the exceptions a door tells its client as they
+are (anything else is a fault of the server's, logged); `as_request_error` is the one mapping from them to
+RequestError. `bounded_write` is every door's write to a client that may stop reading.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+
 from codes.common.errors import UserError
 from codes.runtime.engine import EngineDown, QueueFull
-from codes.serve.limits import Limits
+from codes.serve.envelope import error_body
+from codes.serve.limits import Limits, flag
 
 
 class RequestError(Exception):
@@ -19,6 +25,10 @@ class RequestError(Exception):
                  kind: str = "invalid_request_error"):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+
+    def body(self) -> dict:
+        """OpenAI's error envelope of this refusal."""
+        return error_body(self.message, self.kind, self.param, self.code)
 
 
 class StreamFailed(Exception):
@@ -32,6 +42,25 @@ class StreamFailed(Exception):
 class ClientStalled(ConnectionError):
     """A client left what the server sent unread past its door's write timeout (--write-seconds,
     --wyoming-write-seconds): it is let go, and its request ends as disconnected."""
+
+
+# What a request may end with that its client is told as it is (RequestError's status and message); any
+# other exception is a fault of the server's: logged, and told as an internal error.
+REFUSALS = (RequestError, UserError, StreamFailed, EngineDown)
+
+
+async def bounded_write(writing: Awaitable, seconds: float, limit: str,
+                        on_stall: Callable[[str], None] | None = None):
+    """A write to a client within `seconds`, the limit named by `limit` (a Limits field, such as
+    "write_seconds"): past it, `on_stall(reason)` runs (ending the request, aborting the transport) and
+    ClientStalled is raised, so a client that reads nothing lets go of what it holds."""
+    try:
+        return await asyncio.wait_for(writing, seconds)
+    except asyncio.TimeoutError:
+        reason = f"the client read nothing for {seconds:g} s ({flag(limit)}); closed"
+        if on_stall is not None:
+            on_stall(reason)
+        raise ClientStalled(reason) from None
 
 
 def too_busy(limits: Limits) -> RequestError:

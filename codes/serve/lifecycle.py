@@ -1,7 +1,7 @@
 """A speech request's life, written once for every door (after vLLM's AsyncLLM.generate, one path
 that adds the request, yields its outputs and aborts it in `finally` when the caller goes away).
 
-    async with Speaking(state, params, door) as speaking:
+    async with SpeechRequest(state, params, door) as speaking:
         async for piece in speaking.spoken():  # or pieces(), the audio alone
             ...  # the door's protocol: HTTP bytes, Wyoming events, an MCP result
 
@@ -32,17 +32,18 @@ from codes.runtime.normalize import normalize_text
 from codes.runtime.synthesis import Voice
 from codes.runtime.voice_design import resolve_language
 from codes.serve.errors import RequestError, as_request_error
+from codes.serve.limits import flag
 from codes.serve.params import SpeechParams
-from codes.serve.service import ServerState
-from codes.serve.speech import SentenceStream, past_deadline, settle_sentences
+from codes.serve.state import ServerState
+from codes.serve.sentences import SentenceStream, past_deadline, settle_sentences
 from codes.serve.voices.book import DESIGN_VOICES
 from codes.serve.voices.resolver import UnknownVoice
-from codes.serve.voices.uploads import OneOffClip, save_upload
+from codes.serve.voices.uploads import OneOffClip, Upload, save_upload
 
 logger = logging.getLogger("omnivoice.serve")
 
 
-class Speaking:
+class SpeechRequest:
     """One speech request from admission to its log line (see the module's docstring)."""
 
     def __init__(self, state: ServerState, params: SpeechParams, door: str, streamed_text: bool = False,
@@ -64,7 +65,7 @@ class Speaking:
 
     # --- the life ---------------------------------------------------------------------------------
 
-    async def __aenter__(self) -> "Speaking":
+    async def __aenter__(self) -> "SpeechRequest":
         self.model = self.state.ready()  # 503 before any work
         if not self.streamed_text:
             self._admit()
@@ -179,8 +180,8 @@ class Speaking:
     async def push(self, text: str) -> None:
         limit = self.state.config.limits.max_input_chars
         if self.chars + len(text) > limit:
-            raise RequestError(400, f"the text is over {limit} characters, the most --max-input-chars allows",
-                               "input", "input_too_long")
+            raise RequestError(400, f"the text is over {limit} characters, the most {flag('max_input_chars')} "
+                                    "allows", "input", "input_too_long")
         self.chars += len(text)
         async with self.taking:
             self._add(await self._normalized(self.text.push(text)), len(text))
@@ -255,12 +256,17 @@ class Speaking:
             raise RequestError(400, str(exc), "voice", "voice_unreadable") from None
 
 
-async def save_voice(state: ServerState, read, transcript: str | None, vid: str, voice_file: bool = False) -> Voice:
-    """An upload's life, for every door that takes one: admitted as a speech request is (encoding a clip, and
-    transcribing one sent without its transcript, is work on the model: 503, or 429 past --max-concurrent),
-    saved (codes/serve/voices/uploads.py), and its slot freed however that ends. The saved voice comes back."""
+async def save_voice(state: ServerState, read, file_name: str | None, name: str | None,
+                     transcript: str | None) -> tuple[str, Voice]:
+    """An upload's life, for every door that takes one: its id and kind by the upload rules
+    (codes/serve/voices/uploads.py Upload), admitted as a speech request is (encoding a clip, and transcribing
+    one sent without its transcript, is work on the model: 503, or 429 past --max-concurrent), saved, and its
+    slot freed however that ends. The id and the saved voice come back."""
+    upload = Upload.of(file_name, name, transcript)
     model = state.admit()
     try:
-        return await save_upload(model, state.voices.book, state.config.limits, read, transcript, vid, voice_file)
+        voice = await save_upload(model, state.voices.book, state.config.limits, read, upload.transcript, upload.vid,
+                                  upload.voice_file)
     finally:
         state.release()
+    return upload.vid, voice

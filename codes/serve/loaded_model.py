@@ -1,5 +1,5 @@
 """The loaded model every request shares: the model, its step engine and the codec's pools. It sits
-below the service's state (codes/serve/service.py holds one), so the serve wing's imports run downhill
+below the service's state (codes/serve/state.py holds one), so the serve wing's imports run downhill
 from the doors to it.
 """
 

@@ -23,19 +23,16 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import AudioContent, TextContent
 
-from codes import __version__
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
-from codes.runtime.engine import EngineDown
+from codes.common.version import VERSION
 from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.encode import CONTENT_TYPES, encode_whole
-from codes.serve.errors import RequestError, StreamFailed, as_request_error
-from codes.serve.lifecycle import Speaking
+from codes.serve.errors import REFUSALS, as_request_error
+from codes.serve.lifecycle import SpeechRequest
 from codes.serve.lifecycle import save_voice as store_voice  # the tool's own name is save_voice
 from codes.serve.params import parse_speech
-from codes.serve.service import ServerState
-from codes.serve.voices.book import voice_id
-from codes.serve.voices.files import is_voice_file_name
+from codes.serve.state import ServerState
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -49,7 +46,7 @@ def _tool_errors():
     """Every refusal as a tool error the agent reads, never a crashed call."""
     try:
         yield
-    except (RequestError, UserError, StreamFailed, EngineDown) as exc:
+    except REFUSALS as exc:
         raise ToolError(as_request_error(exc).message) from None
 
 
@@ -59,7 +56,7 @@ def _inside(path: Path, folders: list[Path]) -> bool:
 
 
 def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
-    server = MCPServer(name="omnivoice-onnx", version=__version__, instructions=INSTRUCTIONS)
+    server = MCPServer(name="omnivoice-onnx", version=VERSION, instructions=INSTRUCTIONS)
     limits = state.config.limits
 
     @server.tool()
@@ -83,7 +80,7 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
                       "postprocess_output": postprocess_output}
             params = parse_speech({k: v for k, v in fields.items() if v is not None}, state.config.limits,
                                   state.config.settings, normalize=state.config.normalize_text)
-            async with Speaking(state, params, "mcp") as speaking:
+            async with SpeechRequest(state, params, "mcp") as speaking:
                 pieces = [piece async for piece in speaking.spoken()]
                 data = await asyncio.get_running_loop().run_in_executor(
                     speaking.model.encode_pool, encode_whole, np.concatenate([piece.wav for piece in pieces]),
@@ -123,10 +120,8 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
                                 f"{' or '.join(str(f) for f in folders)}; put the clip there first")
             if path.stat().st_size > limits.max_upload_bytes:
                 raise UserError(f"the clip is over {limits.max_upload_bytes} bytes; trim it")
-            voice_file = is_voice_file_name(path.name)
-            vid = voice_id(name)
-            voice = await store_voice(state, lambda: asyncio.to_thread(path.read_bytes), transcript, vid,
-                                      voice_file=voice_file)
+            vid, voice = await store_voice(state, lambda: asyncio.to_thread(path.read_bytes), path.name, name,
+                                           transcript)
             return f"saved voice {vid!r} (transcript: {voice.text!r}); use it as speak's voice"
 
     return server

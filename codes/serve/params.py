@@ -120,7 +120,7 @@ def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_te
                  normalize: bool = False) -> SpeechParams:
     """A speech request's fields (OpenAI's names, and ours) checked against the limits, over the
     server's generation settings (`defaults`) and normalization (`normalize`, --normalize-text); every
-    door builds its requests through this. With `streamed_text` the text comes later (Speaking.push)."""
+    door builds its requests through this. With `streamed_text` the text comes later (SpeechRequest.push)."""
     if not isinstance(body, dict):
         raise RequestError(400, "the request body must be a JSON object")
     unknown = sorted(set(body) - SPEECH_FIELDS)

@@ -8,13 +8,15 @@ of 429). This middleware, loaded into the proxy through RAY_SERVE_HTTP_PROXY_CAL
 under our route only: other applications on the same proxy keep their own answers. A replica that dies after its response started cannot change the status any more: an SSE
 stream then ends with an `error` event (as the app's own failures do), any other stream is cut
 short (an aborted transfer the client sees as an error, never a clean end). Imports no more than
-starlette, which the proxy has.
+starlette, which the proxy has, and the envelope's own module.
 """
 
 from __future__ import annotations
 
 import json
 import os
+
+from codes.serve.envelope import error_body, error_bytes
 
 IMPORT_PATH = "codes.serve.proxy_errors:middlewares"
 ROUTE_ENV = "OMNIVOICE_ROUTE_PREFIX"  # set in the proxy's environment: our application's route
@@ -35,7 +37,7 @@ def middlewares() -> list:
 
 def _envelope(status: int, message: str, code: str, kind: str = "server_error",
               extra_headers: list | None = None) -> tuple[dict, dict]:
-    body = json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
+    body = error_bytes(message, kind, code=code)
     start = {"type": "http.response.start", "status": status,
              "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                          *(extra_headers or [])]}
@@ -91,6 +93,6 @@ class ProxyErrors:
             for part in _envelope(502, LOST, "replica_lost"):
                 await send(part)
         elif not ended and sse:
-            event = {"type": "error", "error": {"message": LOST_STREAM, "type": "server_error", "code": "replica_lost"}}
+            event = {"type": "error", **error_body(LOST_STREAM, "server_error", code="replica_lost")}
             await send({"type": "http.response.body", "body": f"data: {json.dumps(event)}\n\n".encode(),
                         "more_body": False})

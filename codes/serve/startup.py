@@ -19,7 +19,7 @@ from codes.runtime.settings import GenerationSettings
 from codes.serve.door import Door
 from codes.serve.limits import MAX_STEPS, Limits, limits_from_args
 from codes.serve.origins import BrowserRules, browser_rules
-from codes.serve.service import ServerConfig, ServerState
+from codes.serve.state import ServerConfig, ServerState
 from codes.serve.voices.book import DESIGN_VOICES, VoiceBook
 from codes.serve.voices.files import check_folders, encode_imported, import_folders
 from codes.serve.voices.pins import PIN_FOLDER, DesignPins, PinSettings

@@ -6,7 +6,7 @@
 - synthesize -> audio-start (24 kHz, 16-bit, mono), an audio-chunk per piece as each is decoded,
   audio-stop; each carries its timestamp, milliseconds from the first sample.
 - synthesize-start, synthesize-chunk..., synthesize-stop: each sentence joins the engine as soon as
-  it is complete (lifecycle.Speaking.push), so the first is spoken while the reply is still being
+  it is complete (lifecycle.SpeechRequest.push), so the first is spoken while the reply is still being
   written; the stop flushes the rest, then audio-stop and synthesize-stopped. A plain synthesize
   inside a stream is Home Assistant's copy of the same text for older servers, and is ignored.
 - Refusals (unknown voice, empty text, a full queue, the server loading, a second synthesize-start
@@ -35,16 +35,17 @@ from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice
 from wyoming.server import AsyncEventHandler
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
-from codes import __version__
+from codes.common.version import VERSION
 from codes.common.errors import UserError
 from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
 from codes.runtime.voice_design import LANGUAGE_IDS
 from codes.serve.encode import pcm16
-from codes.serve.errors import ClientStalled, RequestError, StreamFailed, as_request_error
-from codes.serve.lifecycle import Speaking
+from codes.serve.errors import REFUSALS, RequestError, as_request_error, bounded_write
+from codes.serve.lifecycle import SpeechRequest
+from codes.serve.limits import flag
 from codes.serve.params import parse_speech
-from codes.serve.service import ServerState
+from codes.serve.state import ServerState
 from codes.serve.wyoming_wire import MAX_HEADER_BYTES, EventRefused, encoded, read_event
 
 logger = logging.getLogger("omnivoice.serve")
@@ -81,7 +82,7 @@ def info(listing: list[dict]) -> Info:
     voices = [TtsVoice(name=entry["id"], attribution=ATTRIBUTION, installed=True, version=None,
                        languages=_languages(entry), description=entry.get("instruct") or f"saved voice {entry['id']}")
               for entry in listing]
-    program = TtsProgram(name="omnivoice-onnx", attribution=ATTRIBUTION, installed=True, version=__version__,
+    program = TtsProgram(name="omnivoice-onnx", attribution=ATTRIBUTION, installed=True, version=VERSION,
                          description="OmniVoice zero-shot TTS on ONNX Runtime", voices=voices,
                          supports_synthesize_streaming=True)
     return Info(tts=[program])
@@ -110,7 +111,7 @@ def _fields(voice, text: str | None) -> dict:
 class SpeechHandler(AsyncEventHandler):
     """One client connection; its requests run one after another, each in a task, so the handler
     keeps reading (text chunks, or the end of the connection) while audio is sent. Each request's
-    life is a lifecycle.Speaking; this class only translates events to and from it."""
+    life is a lifecycle.SpeechRequest; this class only translates events to and from it."""
 
     def __init__(self, door: "WyomingDoor", *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -118,7 +119,7 @@ class SpeechHandler(AsyncEventHandler):
         self.limits = door.state.config.limits
         self.task: asyncio.Task | None = None  # the request being spoken
         self.streaming = False  # between synthesize-start and synthesize-stop
-        self.stream: Speaking | None = None  # that stream, while it is taking text
+        self.stream: SpeechRequest | None = None  # that stream, while it is taking text
 
     async def run(self) -> None:
         """The package's loop, on the bounded reader: a refused event or an idle client gets an error
@@ -150,7 +151,7 @@ class SpeechHandler(AsyncEventHandler):
                     return reading.result()
                 if not self._speaking():
                     seconds = self.limits.wyoming_idle_seconds
-                    raise EventRefused(f"nothing came for {seconds:g} s (--wyoming-idle-seconds); send a stream's "
+                    raise EventRefused(f"nothing came for {seconds:g} s ({flag('wyoming_idle_seconds')}); send a stream's "
                                        "text as it is written and end it with synthesize-stop", "idle_timeout")
         finally:
             reading.cancel()
@@ -175,14 +176,10 @@ class SpeechHandler(AsyncEventHandler):
         await self._bounded(self.writer.drain())
 
     async def _bounded(self, writing) -> None:
-        """A write that lets go of a client that reads nothing: past --wyoming-write-seconds the
-        connection is dropped, and what it held (its slot, its items) is freed."""
-        try:
-            await asyncio.wait_for(writing, self.limits.wyoming_write_seconds)
-        except asyncio.TimeoutError:
-            self.writer.transport.abort()
-            raise ClientStalled(f"the client read nothing for {self.limits.wyoming_write_seconds:g} s "
-                                "(--wyoming-write-seconds); closed") from None
+        """Past --wyoming-write-seconds the connection is dropped (its buffer with it, docs/DESIGN.md
+        §wyoming-bounds), and what it held (its slot, its items) is freed."""
+        await bounded_write(writing, self.limits.wyoming_write_seconds, "wyoming_write_seconds",
+                            lambda _: self.writer.transport.abort())
 
     async def handle_event(self, event: Event) -> bool:
         if Describe.is_type(event.type):
@@ -234,15 +231,15 @@ class SpeechHandler(AsyncEventHandler):
     async def _error(self, message: str, code: str | None = None) -> None:
         await self.write_event(Error(text=message, code=code).event())
 
-    def _begin(self, fields: dict, streamed_text: bool) -> Speaking | None:
+    def _begin(self, fields: dict, streamed_text: bool) -> SpeechRequest | None:
         """A request spoken in its own task; a refusal of its fields is an error event in that task."""
         try:
             params = parse_speech(fields, self.limits, self.state.config.settings, streamed_text=streamed_text,
                                   normalize=self.state.config.normalize_text)
-        except (RequestError, UserError) as exc:
+        except REFUSALS as exc:
             self.task = asyncio.create_task(self._report(exc))
             return None
-        speaking = Speaking(self.state, params, "wyoming", streamed_text=streamed_text)
+        speaking = SpeechRequest(self.state, params, "wyoming", streamed_text=streamed_text)
         self.task = asyncio.create_task(self._speak(speaking))
         return speaking
 
@@ -251,7 +248,7 @@ class SpeechHandler(AsyncEventHandler):
         stream with an error event, and the rest of its text is ignored."""
         try:
             await action(*args)
-        except Exception as exc:
+        except REFUSALS as exc:
             error = as_request_error(exc)
             await self._end_stream(error.message, _code(error))
 
@@ -260,7 +257,7 @@ class SpeechHandler(AsyncEventHandler):
         stream.end("error", message)
         await self._error(message, code)
 
-    async def _speak(self, speaking: Speaking) -> None:
+    async def _speak(self, speaking: SpeechRequest) -> None:
         """The request's life: audio-start, each piece's audio as it is decoded, audio-stop; an error
         event for a refusal or a failure."""
         try:
@@ -280,7 +277,7 @@ class SpeechHandler(AsyncEventHandler):
                     await self.write_event(AudioStop(timestamp=_milliseconds(speaking.job.audio_samples)).event())
         except ConnectionError:  # the client left, or stopped reading: nothing more can reach it
             pass
-        except (RequestError, UserError, StreamFailed, EngineDown) as exc:
+        except REFUSALS as exc:
             await self._report(exc)
 
     async def _report(self, exc: Exception) -> None:
@@ -348,7 +345,7 @@ class WyomingDoor:
         most = self.state.config.limits.wyoming_max_connections
         if len(self.handlers) >= most:  # refused before it can hold anything but this socket
             with contextlib.suppress(ConnectionError):
-                await handler._error(f"the server has {most} Wyoming connections open (--wyoming-max-connections); "
+                await handler._error(f"the server has {most} Wyoming connections open ({flag('wyoming_max_connections')}); "
                                      "retry shortly", "too_many_connections")
             writer.close()
             return

@@ -15,6 +15,8 @@ import json
 from wyoming.event import Event
 from wyoming.version import __version__ as WYOMING_VERSION
 
+from codes.serve.limits import flag
+
 MAX_HEADER_BYTES = 64 << 10  # a header line: a type and a few small fields; the library's own stream limit
 MAX_PAYLOAD_BYTES = 64 << 10  # a TTS server is sent no audio: room for a stray small event, no more
 
@@ -41,7 +43,7 @@ async def read_event(reader: asyncio.StreamReader, max_data_bytes: int) -> Event
     except ConnectionError:
         return None
     header = _header(line)
-    data_length = _length(header, "data_length", max_data_bytes, "--max-body-bytes")
+    data_length = _length(header, "data_length", max_data_bytes, flag("max_body_bytes"))
     payload_length = _length(header, "payload_length", MAX_PAYLOAD_BYTES, None)
     data = header.get("data") or {}
     try:

@@ -714,7 +714,7 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, 
     from codes.runtime.manifest import read_manifest
     from codes.runtime.synthesis import OmniVoiceOnnx
     from codes.serve.app import create_app
-    from codes.serve.service import ServerConfig, ServerState
+    from codes.serve.state import ServerConfig, ServerState
     from codes.serve.loaded_model import LoadedModel
     from codes.serve.voices.book import VoiceBook
     from codes.serve.voices.pins import DesignPins

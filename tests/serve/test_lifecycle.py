@@ -14,7 +14,7 @@ import pytest
 
 import serve
 from codes.serve.errors import RequestError
-from codes.serve.lifecycle import Speaking
+from codes.serve.lifecycle import SpeechRequest
 from codes.serve.params import parse_speech
 from codes.serve.startup import load_model, service_options, service_state
 
@@ -65,7 +65,7 @@ async def until(condition, seconds: float = 60) -> None:
 
 def test_a_request_spoken_to_its_end_logs_ok_and_frees_its_slot(state, lines):
     async def speak():
-        async with Speaking(state, params(state), "mcp") as speaking:
+        async with SpeechRequest(state, params(state), "mcp") as speaking:
             assert state.in_flight == 1
             return [wav async for wav in speaking.pieces()]
 
@@ -78,13 +78,13 @@ def test_a_request_spoken_to_its_end_logs_ok_and_frees_its_slot(state, lines):
 def test_admission_is_one_count_for_every_door(state, lines):
     """Two held (one per door), the third from any door is a 429 before any work, and is not logged."""
     async def hold():
-        first = Speaking(state, params(state, LONG), "http")
-        second = Speaking(state, params(state, LONG), "wyoming")
+        first = SpeechRequest(state, params(state, LONG), "http")
+        second = SpeechRequest(state, params(state, LONG), "wyoming")
         async with first, second:
             assert state.in_flight == MAX_CONCURRENT
             for door in ("http", "wyoming", "mcp"):
                 with pytest.raises(RequestError) as refused:
-                    async with Speaking(state, params(state), door):
+                    async with SpeechRequest(state, params(state), door):
                         pass
                 assert refused.value.status == 429 and refused.value.code == "rate_limit_exceeded"
 
@@ -99,7 +99,7 @@ async def until_idle(state) -> None:
 
 def test_a_refusal_while_opening_is_logged_and_releases(state, lines):
     async def unknown():
-        async with Speaking(state, params(state, voice="nobody-here"), "http"):
+        async with SpeechRequest(state, params(state, voice="nobody-here"), "http"):
             pass
 
     with pytest.raises(RequestError) as refused:
@@ -114,7 +114,7 @@ def test_a_door_that_raises_mid_stream_has_its_items_cancelled_and_the_error_log
         pass
 
     async def broken():
-        async with Speaking(state, params(state, LONG), "http") as speaking:
+        async with SpeechRequest(state, params(state, LONG), "http") as speaking:
             async for _ in speaking.pieces():
                 raise EncoderBroke("the encoder failed")
 
@@ -130,7 +130,7 @@ def test_a_cancelled_task_is_disconnected_and_a_door_ended_request_keeps_its_wor
         got_first = asyncio.Event()
 
         async def speak():
-            async with Speaking(state, params(state, LONG), "wyoming") as speaking:
+            async with SpeechRequest(state, params(state, LONG), "wyoming") as speaking:
                 async for _ in speaking.pieces():
                     got_first.set()
 
@@ -141,7 +141,7 @@ def test_a_cancelled_task_is_disconnected_and_a_door_ended_request_keeps_its_wor
             await task
 
     async def timed_out():
-        async with Speaking(state, params(state, LONG), "http") as speaking:
+        async with SpeechRequest(state, params(state, LONG), "http") as speaking:
             speaking.end("timeout")
             assert [wav async for wav in speaking.pieces()] == []
 
@@ -153,7 +153,7 @@ def test_a_cancelled_task_is_disconnected_and_a_door_ended_request_keeps_its_wor
 
 def test_a_stream_holds_a_slot_only_while_it_has_text_to_speak(state, lines):
     async def stream():
-        async with Speaking(state, params(state, None), "wyoming", streamed_text=True) as speaking:
+        async with SpeechRequest(state, params(state, None), "wyoming", streamed_text=True) as speaking:
             assert state.in_flight == 0  # opened, no text yet
             await speaking.push("Hello there, how are you today? ")
             assert state.in_flight == 1
@@ -177,7 +177,7 @@ def test_a_stream_holds_a_slot_only_while_it_has_text_to_speak(state, lines):
 
 def test_a_stream_closed_with_nothing_said_is_refused_for_every_door(state, lines):
     async def empty():
-        async with Speaking(state, params(state, None), "wyoming", streamed_text=True) as speaking:
+        async with SpeechRequest(state, params(state, None), "wyoming", streamed_text=True) as speaking:
             await speaking.push("   ")
             await speaking.close()
             async for _ in speaking.pieces():
@@ -191,7 +191,7 @@ def test_a_stream_closed_with_nothing_said_is_refused_for_every_door(state, line
 
 def test_streamed_text_is_normalized_sentence_by_sentence_as_it_comes(state, lines):
     async def spoken(normalize: bool) -> list[str]:
-        async with Speaking(state, params(state, None, normalize_text=normalize, language="English"), "wyoming",
+        async with SpeechRequest(state, params(state, None, normalize_text=normalize, language="English"), "wyoming",
                             streamed_text=True) as speaking:
             await speaking.push("I have 25 apples. And")
             first = [request.text for request in speaking.job.requests]  # the first sentence is out: normalized
@@ -217,7 +217,7 @@ def test_an_item_the_engine_dropped_mid_step_ends_the_request_as_gone_not_as_an_
     from types import SimpleNamespace
 
     state = SimpleNamespace(draining=False)
-    speaking = Speaking(state, None, "wyoming")
+    speaking = SpeechRequest(state, None, "wyoming")
     assert speaking._outcome(concurrent.futures.CancelledError()) == ("disconnected", None)
     state.draining = True
     assert speaking._outcome(concurrent.futures.CancelledError()) == ("shutdown", None)

@@ -150,6 +150,10 @@ def test_the_page_offers_what_the_runtime_accepts(visit):
         options = page.get_by_role("combobox", name=name, exact=True).get_by_role("option")
         return [value for value in options.evaluate_all("options => options.map(o => o.value)") if value]
 
+    # the lists are filled from GET /v1/audio/voice-design, the page carries none of its own
+    page.wait_for_function("select => select.options.length > 1",
+                           arg=page.get_by_role("combobox", name="Accent", exact=True).element_handle(), polling=50)
+
     assert values("Gender") == vocabulary["gender"]
     assert values("Age") == vocabulary["age"]
     assert values("Pitch") == vocabulary["pitch"]

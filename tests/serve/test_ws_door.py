@@ -159,6 +159,31 @@ def test_cancel_mid_sentence_frees_the_slot_and_new_text_speaks(server):
     assert [line["status"] for line in lines] == ["cancelled", "ok"]
 
 
+def test_a_cancel_opens_no_utterance_until_text_comes(server):
+    """Issue 42: a cancel followed by the client leaving logged a `disconnected chars=0` request for speech
+    that never was; the next utterance opens on its first text. Request ids count every utterance opened, so
+    the next connection's id tells whether one was opened in between."""
+    start = len(server.log_lines())
+    with opened(server) as ws:
+        ws.send(json.dumps({**START, "num_steps": 64}))
+        send(ws, type="text", text=" ".join(f"Sentence {i} is here to be cut short." for i in range(8)))
+        assert isinstance(ws.recv(timeout=WAIT), bytes)
+        send(ws, type="cancel")
+        until(ws, "cancelled")
+    with opened(server) as ws:  # cancel, then end at once: done, with nothing spoken and nothing logged
+        ws.send(json.dumps(START))
+        send(ws, type="cancel")
+        until(ws, "cancelled")
+        send(ws, type="end")
+        audio, _ = until(ws, "done")
+        assert audio == b""
+    spoken(server, ["Goodbye."])
+    lines = [line for line in server.request_lines(start) if line["door"] == "ws"]
+    assert [line["status"] for line in lines] == ["cancelled", "cancelled", "ok"], lines
+    ids = [int(line["request"]) for line in lines]
+    assert ids == list(range(ids[0], ids[0] + 3))  # no utterance was opened after either cancel
+
+
 def test_the_key_rides_in_a_subprotocol_for_browsers_and_web_pages_are_held_to_origin(server):
     encoded = base64.urlsafe_b64encode(KEY.encode()).decode().rstrip("=")
     with connect(server.ws_url, subprotocols=["omnivoice", f"omnivoice.key.{encoded}"], open_timeout=WAIT) as ws:

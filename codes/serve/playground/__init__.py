@@ -1,7 +1,7 @@
 """The browser playground: this folder's plain files at `/`, served by the server itself.
 
 The page calls only the public API (/v1/audio/speech, /v1/audio/voices, /v1/audio/models, /v1/audio/languages,
-/v1/audio/defaults), from the
+/v1/audio/voice-design, /v1/audio/defaults), from the
 server's own origin, so app.py's guard treats it as any client: the page loads without the key (the
 guard keys /v1/* only) and asks for it when the API answers 401. Nothing is fetched from elsewhere,
 and the Content-Security-Policy below makes the browser refuse it if a change ever tried.

@@ -66,6 +66,11 @@ export async function listLanguages() {
 }
 
 // What a speech request that leaves a setting out gets: the server's generation settings and normalize_text.
+export async function designVocabulary() {
+  const response = await call("GET", "/v1/audio/voice-design");
+  return (await response.json()).categories;
+}
+
 export async function serverDefaults() {
   const response = await call("GET", "/v1/audio/defaults");
   return response.json();

@@ -2,8 +2,8 @@
 // in the alert. Every call goes through api.js; nothing here knows more of the server than a client does.
 
 import {
-  ApiError, base64Of, deleteVoice, listLanguages, listModels, listVoices, saveVoice, serverDefaults, speakStream, storeKey,
-  storedKey,
+  ApiError, base64Of, deleteVoice, designVocabulary, listLanguages, listModels, listVoices, saveVoice, serverDefaults,
+  speakStream, storeKey, storedKey,
 } from "./api.js";
 import { EncodedPlayer, StreamPlayer } from "./player.js";
 
@@ -71,7 +71,7 @@ $("key-form").addEventListener("submit", (event) => {
   guarded(loadServer);
 });
 
-// What the key opens: the voices, and once the languages and the server's defaults.
+// What the key opens: the voices, and once the languages, the design vocabulary and the server's defaults.
 async function loadServer() {
   await loadVoices();
   if (languageIds === null) await loadLanguages();
@@ -120,7 +120,8 @@ $("delete").addEventListener("click", () => guarded(async () => {
 // --- languages and settings ---------------------------------------------------------------
 
 async function loadLanguages() {
-  const [languages, defaults] = await Promise.all([listLanguages(), serverDefaults()]);
+  const [languages, defaults, design] = await Promise.all([listLanguages(), serverDefaults(), designVocabulary()]);
+  fillDesign(design);
   $("languages").replaceChildren(new Option("Auto", "Auto"), ...languages.map((language) => new Option("", language.name)));
   const ids = new Map(languages.map((language) => [language.name.toLowerCase(), language.id]));
   languages.forEach((language) => ids.set(language.id.toLowerCase(), language.id));
@@ -148,19 +149,29 @@ function languageId() {
 
 // --- design -----------------------------------------------------------------------------------
 
-// Upstream's controlled vocabulary, joined as the runtime reads it: English items with ", ", or, with a
-// Chinese dialect, Chinese items with "，" (codes/runtime/voice_design.py translates the English ones).
-const TO_CHINESE = {
-  "male": "男", "female": "女", "child": "儿童", "teenager": "少年", "young adult": "青年", "middle-aged": "中年",
-  "elderly": "老年", "very low pitch": "极低音调", "low pitch": "低音调", "moderate pitch": "中音调",
-  "high pitch": "高音调", "very high pitch": "极高音调", "whisper": "耳语",
-};
+// Upstream's controlled vocabulary, as the server lists it (GET /v1/audio/voice-design), joined as the runtime
+// reads it: English items with ", ", or, with a Chinese dialect, their Chinese forms with "，".
+let toChinese = new Map(); // an English item -> its Chinese form
+let dialects = new Set();
+let whisperItem = null; // the style category's item, which the Whisper box adds
+
+function fillDesign(categories) {
+  const items = Object.fromEntries(categories.map((category) => [category.name, category.items]));
+  const options = (list) => list.map((item) => new Option(item.label ? `${item.value} (${item.label})` : item.value, item.value));
+  for (const name of ["gender", "age", "pitch"]) $(name).replaceChildren(new Option("Any", ""), ...options(items[name]));
+  $("accents").replaceChildren(...options(items.accent));
+  $("dialects").replaceChildren(...options(items.dialect));
+  toChinese = new Map(categories.flatMap((category) => category.items).filter((item) => item.zh)
+    .map((item) => [item.value, item.zh]));
+  dialects = new Set(items.dialect.map((item) => item.value));
+  whisperItem = items.style[0].value;
+}
 
 function designInstructions() {
   const items = ["gender", "age", "pitch"].map((id) => $(id).value).filter(Boolean);
-  if ($("whisper").checked) items.push("whisper");
+  if ($("whisper").checked && whisperItem) items.push(whisperItem);
   const accent = $("accent").value;
-  if (accent.endsWith("话")) return [...items.map((item) => TO_CHINESE[item]), accent].join("，");
+  if (dialects.has(accent)) return [...items.map((item) => toChinese.get(item)), accent].join("，");
   if (accent) items.push(accent);
   return items.join(", ");
 }

@@ -54,6 +54,10 @@ def voice_id(name: str) -> str:
     return cleaned
 
 
+class NotDeletable(UserError):
+    """A voice this server offers but does not own: a built-in design voice, or one imported read-only (400)."""
+
+
 class VoiceExists(UserError):
     """A saved voice's id is taken (409)."""
 
@@ -192,9 +196,12 @@ class VoiceBook:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def delete(self, vid: str) -> bool:
+        """Delete a saved voice's files (False: there is none); NotDeletable for every voice it does not own."""
+        if vid in DESIGN_VOICES:
+            raise NotDeletable(f"{vid!r} is a built-in voice and cannot be deleted")
         if vid in self.imported:
-            raise UserError(f"voice {vid!r} is imported from a --voices-from folder, which this server only reads; "
-                            "remove it there and restart")
+            raise NotDeletable(f"voice {vid!r} is imported from a --voices-from folder, which this server only reads; "
+                               "remove it there and restart")
         path = self.saved_path(vid)
         if path is None:
             return False

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -20,8 +21,8 @@ from codes.runtime.synthesis import NO_RECOGNISER, Voice, needs_transcript
 from codes.serve.errors import RequestError
 from codes.serve.limits import Limits, flag
 from codes.serve.params import check_transcript
-from codes.serve.voices.book import TooManyVoices, VoiceBook, VoiceExists
-from codes.serve.voices.files import read_voice_file
+from codes.serve.voices.book import TooManyVoices, VoiceBook, VoiceExists, voice_id
+from codes.serve.voices.files import is_voice_file_name, read_voice_file
 from codes.serve.voices.pins import PinEngine
 
 logger = logging.getLogger("omnivoice.serve")
@@ -73,6 +74,28 @@ class OneOffClip:
         return await encode_clip(model, self.data, self.transcript, self.limits, self.preprocess_prompt, "ref_audio")
 
 
+@dataclass(frozen=True)
+class Upload:
+    """What an upload is, by the rules every door that takes one follows: a file named like a voice file
+    (.pt, .npz, .rvq) is one and carries its own transcript; the id is the given name, else the file's stem
+    (codes/serve/voices/book.py voice_id keeps either inside the voices folder); a clip's transcript, when
+    left out, is the recogniser's."""
+
+    vid: str
+    transcript: str | None
+    voice_file: bool
+
+    @classmethod
+    def of(cls, file_name: str | None, name: str | None, transcript: str | None) -> "Upload":
+        voice_file = is_voice_file_name(file_name)
+        given = name[:256] if name else Path(str(file_name or "")[:256]).stem
+        try:
+            vid = voice_id(given)
+        except UserError as exc:
+            raise RequestError(400, str(exc), "name") from None
+        return cls(vid, None if voice_file else transcript, voice_file)
+
+
 async def save_upload(model: PinEngine, book: VoiceBook, limits: Limits, read, transcript: str | None, vid: str,
                       voice_file: bool = False) -> Voice:
     """The voice saved from a reference clip (`await read()` gives its bytes, read only once the name
@@ -111,5 +134,5 @@ def _voice_exists(vid: str) -> RequestError:
 
 
 def _too_many_voices(limits: Limits) -> RequestError:
-    return RequestError(409, f"{limits.max_voices} voices are saved, the most --max-voices allows; delete one first",
-                        "name", "too_many_voices")
+    return RequestError(409, f"{limits.max_voices} voices are saved, the most {flag('max_voices')} allows; "
+                             "delete one first", "name", "too_many_voices")

@@ -8,65 +8,44 @@ piece of text is heard, and barge-in. The messages are in docs/agents.md.
     {"type": "cancel"}                              {"type": "done"}, and the server closes
     {"type": "end"}                                 {"type": "error", "error": {...}}, and it closes
 
-A connection speaks one utterance at a time, each a lifecycle.Speaking with streamed text: it holds a
+A connection speaks one utterance at a time, each a lifecycle.SpeechRequest with streamed text: it holds a
 request slot only while it has text to speak. `cancel` ends the utterance (its queued items leave the
 engine at once, the one in a running step at that step's end, its slot is free before `cancelled` is
-sent, and no audio of it follows) and the connection takes new text as a fresh utterance with the
-same fields; timings count from each utterance's first sample. Every error ends the connection.
+sent, and no audio of it follows) and the connection's next text opens a fresh utterance with the
+same fields (an `end` with none opened is a `done`); timings count from each utterance's first sample.
+Every error ends the connection.
 
 Bounds (codes/serve/limits.py): --ws-max-connections, --ws-max-message-bytes (also uvicorn's frame
 cap, so a larger message is never held), --ws-max-chars and --ws-max-messages a connection may send,
 --ws-idle-seconds without a message while none of its audio is being made, --ws-write-seconds a
-client may leave its audio unread. The key and the web-page rules are app.py's guard's, as for /v1.
+client may leave its audio unread. The key and the web-page rules are codes/serve/guard.py's, as for /v1.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import json
 import logging
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from codes.common.errors import UserError
-from codes.runtime.engine import EngineDown
 from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.encode import pcm16
-from codes.serve.errors import ClientStalled, RequestError, StreamFailed, as_request_error
-from codes.serve.lifecycle import Speaking
+from codes.serve.errors import REFUSALS, ClientStalled, RequestError, as_request_error, bounded_write
+from codes.serve.lifecycle import SpeechRequest
 from codes.serve.limits import excerpt, flag
 from codes.serve.params import SpeechParams, parse_speech
-from codes.serve.service import ServerState
+from codes.serve.state import ServerState
 
 logger = logging.getLogger("omnivoice.serve")
 
 STREAM_PATH = "/v1/audio/speech/stream"
-SUBPROTOCOL = "omnivoice"  # what the server accepts where the client offers subprotocols
-KEY_SUBPROTOCOL = "omnivoice.key."  # + the key in unpadded base64url: a browser cannot set Authorization
+SUBPROTOCOL = "omnivoice"  # what the server accepts where the client offers subprotocols (the key's: guard.py)
 FRAME_SAMPLES = SAMPLE_RATE // 2  # a binary frame: half a second, well under any client's message cap
 NOT_STREAMED = ("input", "duration", "stream_format", "stream")  # fields of a whole text, not of a stream
 # Close codes (RFC 6455): the client's fault, the server's, or try again later.
 POLICY, SERVER_ERROR, TRY_LATER = 1008, 1011, 1013
-
-
-def offered_key(scope) -> bytes | None:
-    """The key a browser carries in its subprotocols (KEY_SUBPROTOCOL + base64url), or None."""
-    for protocol in scope.get("subprotocols") or []:
-        if protocol.startswith(KEY_SUBPROTOCOL):
-            encoded = protocol[len(KEY_SUBPROTOCOL):]
-            try:
-                return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
-            except (binascii.Error, ValueError):
-                return b""
-    return None
-
-
-def key_subprotocol(key: str) -> str:
-    """The subprotocol that carries `key` (what a client offers beside SUBPROTOCOL)."""
-    return KEY_SUBPROTOCOL + base64.urlsafe_b64encode(key.encode("utf-8")).decode("ascii").rstrip("=")
 
 
 class Refused(Exception):
@@ -82,14 +61,14 @@ def _refused(message: str, code: str, param: str | None = None) -> Refused:
 
 
 class SpeechSocket:
-    """One connection: reads messages and turns them into calls on its utterance's Speaking, whose
+    """One connection: reads messages and turns them into calls on its utterance's SpeechRequest, whose
     audio and timings a task of its own sends."""
 
     def __init__(self, state: ServerState, websocket: WebSocket):
         self.state, self.websocket = state, websocket
         self.limits = state.config.limits
         self.params: SpeechParams | None = None  # set by start
-        self.speaking: Speaking | None = None  # the utterance taking text
+        self.speaking: SpeechRequest | None = None  # the utterance taking text
         self.sender: asyncio.Task | None = None  # its audio, timings and done
         self.chars = self.messages = 0
         self.finished = asyncio.Event()  # done or an error was sent: the connection ends
@@ -173,12 +152,13 @@ class SpeechSocket:
                            "type")
         if kind == "text":
             await self._text(body)
-        elif kind == "flush":
-            await self._refusing(self.speaking.flush)
         elif kind == "cancel":
             await self._cancel()
-        else:
-            await self._refusing(self.speaking.close)
+        elif self.speaking is not None:
+            await self._refusing(self.speaking.flush if kind == "flush" else self.speaking.close)
+        elif kind == "end":  # nothing came after a cancel: there is no utterance to speak
+            await self._send({"type": "done"})
+            await self._close(1000)
 
     async def _start(self, body: dict) -> None:
         if self.params is not None:
@@ -194,7 +174,7 @@ class SpeechSocket:
         try:
             self.params = parse_speech(fields, self.limits, self.state.config.settings, streamed_text=True,
                                        normalize=self.state.config.normalize_text)
-        except (RequestError, UserError) as exc:
+        except REFUSALS as exc:
             raise Refused(as_request_error(exc)) from None
         self._begin()
 
@@ -206,23 +186,25 @@ class SpeechSocket:
         if self.chars > self.limits.ws_max_chars:
             raise _refused(f"over {self.limits.ws_max_chars} characters on one connection ({flag('ws_max_chars')}); "
                            "open a new connection", "too_much_text", "text")
+        if self.speaking is None:  # the first text after a cancel opens the next utterance
+            self._begin()
         await self._refusing(self.speaking.push, text)
 
     async def _refusing(self, action, *args) -> None:
-        """A Speaking's push, flush or close; a refusal (the text past --max-input-chars, a full server)
+        """A SpeechRequest's push, flush or close; a refusal (the text past --max-input-chars, a full server)
         ends the connection."""
         try:
             await action(*args)
-        except (RequestError, UserError, StreamFailed, EngineDown) as exc:
+        except REFUSALS as exc:
             raise Refused(as_request_error(exc)) from None
 
     # --- the utterance ---------------------------------------------------------------------------
 
     def _begin(self) -> None:
-        self.speaking = Speaking(self.state, self.params, "ws", streamed_text=True)
+        self.speaking = SpeechRequest(self.state, self.params, "ws", streamed_text=True)
         self.sender = asyncio.create_task(self._speak(self.speaking))
 
-    async def _speak(self, speaking: Speaking) -> None:
+    async def _speak(self, speaking: SpeechRequest) -> None:
         """The utterance's audio in binary frames, each piece's timing after its audio, then done."""
         try:
             async with speaking:
@@ -234,17 +216,17 @@ class SpeechSocket:
             if speaking.completed:
                 await self._send({"type": "done"})
                 await self._close(1000)
-        except (RequestError, UserError, StreamFailed, EngineDown) as exc:
+        except REFUSALS as exc:
             await self._fail(as_request_error(exc))
         except (ClientStalled, ConnectionError, WebSocketDisconnect):
             self.finished.set()
 
     async def _cancel(self) -> None:
         """Barge-in: the utterance's items leave the engine, its slot is freed and its sender stopped
-        before `cancelled` goes; then a fresh utterance takes the text that follows."""
+        before `cancelled` goes; the next text opens a fresh utterance (one opened now would be logged as
+        speech that never was if the client then left)."""
         await self._stop_utterance("cancelled", "the client cancelled (barge-in)")
         await self._send({"type": "cancelled"})
-        self._begin()
 
     async def _stop_utterance(self, status: str = "disconnected", reason: str | None = None) -> None:
         speaking, sender, self.speaking, self.sender = self.speaking, self.sender, None, None
@@ -258,19 +240,15 @@ class SpeechSocket:
 
     async def _send(self, message: bytes | dict) -> None:
         """One message, within --ws-write-seconds: a client that reads nothing is let go."""
-        seconds = self.limits.ws_write_seconds
+        def stalled(reason: str) -> None:
+            if self.speaking is not None:
+                self.speaking.end("disconnected", reason)
+            logger.warning("ws: letting a client go: %s", reason)
+
         async with self.sending:
-            try:
-                if isinstance(message, bytes):
-                    await asyncio.wait_for(self.websocket.send_bytes(message), seconds)
-                else:
-                    await asyncio.wait_for(self.websocket.send_text(json.dumps(message)), seconds)
-            except asyncio.TimeoutError:
-                reason = f"the client read nothing for {seconds:g} s ({flag('ws_write_seconds')}); closed"
-                if self.speaking is not None:
-                    self.speaking.end("disconnected", reason)
-                logger.warning("ws: letting a client go: %s", reason)
-                raise ClientStalled(reason) from None
+            sending = (self.websocket.send_bytes(message) if isinstance(message, bytes)
+                       else self.websocket.send_text(json.dumps(message)))
+            await bounded_write(sending, self.limits.ws_write_seconds, "ws_write_seconds", stalled)
 
     async def _fail(self, error: RequestError) -> None:
         """The error in the API's envelope, then the connection closed (a close code by whose fault)."""
@@ -280,8 +258,7 @@ class SpeechSocket:
             self.speaking.end("error", error.message)
         code = TRY_LATER if error.status in (429, 503) else SERVER_ERROR if error.status >= 500 else POLICY
         with contextlib.suppress(ClientStalled, ConnectionError, WebSocketDisconnect, RuntimeError):
-            await self._send({"type": "error", "error": {"message": error.message, "type": error.kind,
-                                                         "param": error.param, "code": error.code}})
+            await self._send({"type": "error", **error.body()})
             await self._close(code)
         self.finished.set()
 
@@ -291,7 +268,7 @@ class SpeechSocket:
             await asyncio.wait_for(self.websocket.close(code), self.limits.ws_write_seconds)
 
 
-def add_speech_socket(app, state: ServerState) -> None:
+def add_stream_door(app, state: ServerState) -> None:
     """The door's route on the HTTP app (behind app.py's guard: the key, the web-page rules)."""
     sockets: set[SpeechSocket] = set()
 
@@ -300,9 +277,9 @@ def add_speech_socket(app, state: ServerState) -> None:
         most = state.config.limits.ws_max_connections
         if len(sockets) >= most:  # refused before it holds anything but its socket
             await websocket.accept()
-            await websocket.send_text(json.dumps({"type": "error", "error": {
-                "message": f"the server has {most} stream connections open ({flag('ws_max_connections')}); "
-                           "retry shortly", "type": "rate_limit_error", "param": None, "code": "too_many_connections"}}))
+            refused = RequestError(429, f"the server has {most} stream connections open ({flag('ws_max_connections')}); "
+                                        "retry shortly", code="too_many_connections", kind="rate_limit_error")
+            await websocket.send_text(json.dumps({"type": "error", **refused.body()}))
             await websocket.close(TRY_LATER)
             return
         socket = SpeechSocket(state, websocket)

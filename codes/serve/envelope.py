@@ -1,0 +1,19 @@
+"""OpenAI's error body, `{"error": {"message", "type", "param", "code"}}`: the one shape every answer that
+refuses or fails takes, whoever writes it (the app, the connection bounds, the stream door, Ray's proxy).
+
+Imports nothing but the standard library, since Ray's HTTP proxy loads codes/serve/proxy_errors.py, which uses it.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def error_bytes(message: str, kind: str = "invalid_request_error", param: str | None = None,
+                code: str | None = None) -> bytes:
+    return json.dumps(error_body(message, kind, param, code)).encode()
