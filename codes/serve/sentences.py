@@ -31,6 +31,7 @@ from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx, Request, Voice
 from codes.serve.errors import StreamFailed
+from codes.serve.limits import flag
 from codes.serve.loaded_model import LoadedModel
 
 logger = logging.getLogger("omnivoice.serve")
@@ -207,7 +208,7 @@ class SentenceStream:
 
 
 def past_deadline() -> StreamFailed:
-    return StreamFailed("the request ran past --max-request-seconds; send shorter input or fewer steps")
+    return StreamFailed(f"the request ran past {flag('max_request_seconds')}; send shorter input or fewer steps")
 
 
 def settle_sentences(tts: OmniVoiceOnnx, chunks: list[str], language, instruct, voice: Voice | None,

@@ -133,6 +133,9 @@ def test_voices_upload_use_delete_and_parity_with_inference(server, build, tmp_p
     assert not (folder / "my-voice.npz").exists()
     gone = httpx.delete(f"{server.url}/v1/audio/voices/{vid}")
     assert gone.status_code == 404 and gone.json()["error"]["code"] == "voice_not_found"
+    built_in = httpx.delete(f"{server.url}/v1/audio/voices/alloy")  # VoiceBook.delete's own refusal
+    assert built_in.status_code == 400 and built_in.json()["error"]["param"] == "voice"
+    assert "built-in voice" in built_in.json()["error"]["message"]
     with pytest.raises(openai.NotFoundError) as caught:
         speak(server, voice=vid)
     assert "known voices: alloy" in caught.value.message
@@ -385,6 +388,23 @@ def test_the_languages_route_lists_every_language_by_upstreams_names(server):
     assert names == sorted(names) and {"id": "yue", "name": "Cantonese"} in listed
     assert {"id": "ja", "name": "Japanese"} in listed and {"id": "zh", "name": "Chinese"} in listed
     assert {language["id"] for language in listed} == set(LANGUAGE_NAME_TO_ID.values())
+
+
+def test_the_voice_design_route_serves_upstreams_vocabulary(server):
+    from codes.runtime.data import load_table
+    from codes.runtime.voice_design import resolve_instruct
+
+    listed = httpx.get(f"{server.url}/v1/audio/voice-design").json()["categories"]
+    table = load_table("instruct")["categories"]
+    assert [category["name"] for category in listed] == [category["name"] for category in table]
+    for category, source in zip(listed, table):
+        values = [item["value"] for item in category["items"]]
+        assert values == list(source.get("en_to_zh", source.get("items", [])))
+        assert all(resolve_instruct(value) for value in values)  # every item is one the runtime takes
+        if "en_to_zh" in source:
+            assert {item["value"]: item["zh"] for item in category["items"]} == source["en_to_zh"]
+    dialects = {category["name"]: category for category in listed}["dialect"]["items"]
+    assert all(item.get("label") for item in dialects)  # every dialect has its English name
 
 
 def test_normalize_text_without_its_library_fails_at_start_in_one_line(build, tmp_path):
