@@ -1,5 +1,7 @@
-"""A speech request's life, written once for every door (after vLLM's AsyncLLM.generate, one path
-that adds the request, yields its outputs and aborts it in `finally` when the caller goes away).
+"""A request's life, written once for every door (after vLLM's AsyncLLM.generate, one path that adds
+the request, yields its outputs and aborts it in `finally` when the caller goes away). `RequestLife` is
+what every kind of request shares (admission, how it ended, the release, the log line); `SpeechRequest`
+speaks one text, a script's request (codes/serve/script_request.py) many segments.
 
     async with SpeechRequest(state, params, door) as speaking:
         async for piece in speaking.spoken():  # or pieces(), the audio alone
@@ -43,54 +45,32 @@ from codes.serve.voices.uploads import OneOffClip, Upload, save_upload
 logger = logging.getLogger("omnivoice.serve")
 
 
-class SpeechRequest:
-    """One speech request from admission to its log line (see the module's docstring)."""
+class RequestLife:
+    """What every request's life shares, whatever its job (a speech request's sentences, a script's
+    segments): admission and its one slot, how it ended, what the client left cancelled, its log line.
+    A subclass makes its job and its work in `_open`; `job` is anything with `status`, `reason`,
+    `cancel()`, `close()` and `finish()` (its log line, once)."""
 
-    def __init__(self, state: ServerState, params: SpeechParams, door: str, streamed_text: bool = False,
-                 received_at: float | None = None):
-        self.state, self.params, self.door, self.streamed_text = state, params, door, streamed_text
+    def __init__(self, state: ServerState, door: str, received_at: float | None = None):
+        self.state, self.door = state, door
         self.received_at = time.perf_counter() if received_at is None else received_at
-        self.text = TextStream()
-        self.chars = 0
-        self.voice = self.instruct = None
         self.model = None  # the loaded model, once admitted
-        self.job: SentenceStream | None = None  # made on entering
-        self.held: list[tuple[list[str], int]] = []  # streamed text that came before the voice was resolved
+        self.job = None  # made on entering
         self.holds_slot = False
-        self.opened = False  # the voice is resolved: text goes to the job, not to `held`
-        self.closing = False
-        self.completed = False  # every piece was given out
+        self.completed = False  # everything was given out
         self.ended: tuple[str, str | None] | None = None  # (status, reason) when the door ended it early
-        self.taking = asyncio.Lock()  # push() and close() in order, though normalizing waits on an executor
 
-    # --- the life ---------------------------------------------------------------------------------
-
-    async def __aenter__(self) -> "SpeechRequest":
+    async def __aenter__(self):
         self.model = self.state.ready()  # 503 before any work
-        if not self.streamed_text:
-            self._admit()
         try:
-            self.job = self._new_job()
-            self.voice, self.instruct = await self._resolve_voice()
-            self.job.ref_rms = self.voice.rms if self.voice else None
-            self.opened = True
-            if not self.streamed_text:
-                (text,) = await self._normalized([self.params.text])
-                chunks = stream_chunks(text)
-                if not chunks:
-                    raise RequestError(400, "input has nothing to speak", "input")
-                self._add(chunks, len(self.params.text), self.params.duration)
-                self._close()
-            else:
-                for chunks, chars in self.held:
-                    self._add(chunks, chars)
-                self.held = []
-                if self.closing:
-                    self.job.close()
+            await self._open()
         except BaseException as exc:
             await self.__aexit__(type(exc), exc, exc.__traceback__)
             raise
         return self
+
+    async def _open(self) -> None:
+        raise NotImplementedError
 
     async def __aexit__(self, kind, exc, tb) -> None:
         job = self.job
@@ -127,6 +107,62 @@ class SpeechRequest:
             self.job.cancel()
             self.job.close()
 
+    def _admit(self) -> None:
+        self.state.admit()
+        self.holds_slot = True
+
+    def _release(self) -> None:
+        if self.holds_slot:
+            self.holds_slot = False
+            self.state.release()
+
+    def _job_fields(self) -> dict:
+        """What every job's log line carries about its request."""
+        config = self.state.config
+        return {"received_at": self.received_at, "deadline": self.received_at + self._seconds_allowed(),
+                "request_id": next(self.state.request_ids), "door": self.door, "replica": config.replica}
+
+    def _seconds_allowed(self) -> float:
+        return self.state.config.limits.max_request_seconds
+
+
+class SpeechRequest(RequestLife):
+    """One speech request from admission to its log line (see the module's docstring)."""
+
+    def __init__(self, state: ServerState, params: SpeechParams, door: str, streamed_text: bool = False,
+                 received_at: float | None = None):
+        super().__init__(state, door, received_at)
+        self.params, self.streamed_text = params, streamed_text
+        self.text = TextStream()
+        self.chars = 0
+        self.voice = self.instruct = None
+        self.job: SentenceStream | None = None
+        self.held: list[tuple[list[str], int]] = []  # streamed text that came before the voice was resolved
+        self.opened = False  # the voice is resolved: text goes to the job, not to `held`
+        self.closing = False
+        self.taking = asyncio.Lock()  # push() and close() in order, though normalizing waits on an executor
+
+    async def _open(self) -> None:
+        if not self.streamed_text:
+            self._admit()
+        self.job = self._new_job()
+        self.voice, self.instruct = await self._resolve_voice()
+        self.job.ref_rms = self.voice.rms if self.voice else None
+        self.opened = True
+        if not self.streamed_text:
+            (text,) = await self._normalized([self.params.text])
+            chunks = stream_chunks(text)
+            if not chunks:
+                raise RequestError(400, "input has nothing to speak", "input")
+            self._add(chunks, len(self.params.text), self.params.duration)
+            self._close()
+        else:
+            for chunks, chars in self.held:
+                self._add(chunks, chars)
+            self.held = []
+            if self.closing:
+                self.job.close()
+
     async def pieces(self):
         """Each sentence's audio (float32, 24 kHz) in order as it is decoded (see spoken())."""
         async for piece in self.spoken():
@@ -152,19 +188,16 @@ class SpeechRequest:
 
     def _new_job(self) -> SentenceStream:
         """The request's sentences, empty until its voice is known (every door's jobs are made here)."""
-        config, params = self.state.config, self.params
-        defaults = config.settings.to_dict()
+        params = self.params
+        defaults = self.state.config.settings.to_dict()
         options = {name: value for name, value in params.settings.to_dict().items() if value != defaults[name]}
         if params.normalize_text:
             options["normalize_text"] = True
         if params.ref_audio is not None:
             options["ref_audio_bytes"] = len(params.ref_audio)
         return SentenceStream(model=self.model, requests=[], settings=params.settings, seed=params.seed,
-                              received_at=self.received_at,
-                              deadline=self.received_at + config.limits.max_request_seconds,
-                              request_id=next(self.state.request_ids), door=self.door, replica=config.replica,
                               closed=False, waiting_for_text=self._release if self.streamed_text else None,
-                              options=options)
+                              options=options, **self._job_fields())
 
     async def _normalized(self, texts: list[str]) -> list[str]:
         """The texts as normalize_text writes them, in the language the request resolved (upstream's
@@ -223,15 +256,6 @@ class SpeechRequest:
         self.job.extend(requests, chars)  # QueueFull for a first sentence: the request's 429
 
     # --- admission and the voice ------------------------------------------------------------------
-
-    def _admit(self) -> None:
-        self.state.admit()
-        self.holds_slot = True
-
-    def _release(self) -> None:
-        if self.holds_slot:
-            self.holds_slot = False
-            self.state.release()
 
     async def _resolve_voice(self):
         params = self.params
