@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from serve_bench import one_request, start  # noqa: E402
 
-from codes.checks.bench import machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
 
 
 def descriptors(pid: int) -> int:

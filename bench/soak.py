@@ -43,7 +43,7 @@ from serve_bench import start  # noqa: E402
 from wyoming.client import AsyncTcpClient  # noqa: E402
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice  # noqa: E402
 
-from codes.checks.bench import machine  # noqa: E402
+from codes.checks.results_page import machine  # noqa: E402
 
 SENTENCES = ("The morning train was late again.", "She opened the window and listened to the rain.",
              "Nobody expected the meeting to last three hours.", "Please check the figures before Friday.",

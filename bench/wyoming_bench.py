@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from serve_bench import loopback_port, start  # noqa: E402
 
-from codes.checks.bench import machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
 
 REPLY = ("Sure, I turned on the kitchen lights and set them to half brightness. The living room stays dark, "
          "as you asked. Is there anything else you would like me to do?")
