@@ -29,10 +29,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from serve_bench import loopback_port  # noqa: E402
-
+from codes.checks.loopback_server import loopback_port  # noqa: E402
 from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
 
 LOAD_STREAMS = 4
