@@ -49,8 +49,8 @@ class Server:
 
     def start(self) -> float:
         began = time.perf_counter()
-        self.proc, self.url = start_server(self.model_dir, self.max_batch, self.voices, self.threads, self.higgs_dir,
-                                    root=self.root, extra=self.extra)
+        self.proc, self.url = start_server(self.model_dir, self.max_batch, self.voices, self.threads,
+                                           self.higgs_dir, root=self.root, extra=self.extra)
         return time.perf_counter() - began
 
     def stop(self) -> None:
@@ -107,7 +107,7 @@ def main() -> int:
         # cold: the first request after a restart; the voices folder (and any pin kept there) stays
         for _ in range(args.cold):
             for server in [s for s in servers if s.name != "now-mb1"]:
-                timed_speech_request(server.url, args.num_steps[0], 0, WORKLOADS["2 s reply"])  # pins (kept on disk by now)
+                timed_speech_request(server.url, args.num_steps[0], 0, WORKLOADS["2 s reply"])  # pins, kept on disk
                 server.stop()
                 server.start()
                 record(("2 s reply", 1, args.num_steps[0], "cold"), server,

@@ -61,7 +61,8 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 def _sources() -> list[Path]:
     """Where the project's prose lives: its code's docstrings and comments, its docs, and its Makefile. The
     results pages under bench/ are left out: each records the checkout it was measured on."""
-    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
     return [ROOT / name for name in tracked if (name.endswith((".py", ".md", ".sh")) or name == "Makefile")
             and not (name.startswith("bench/") and name.endswith(".md")) and (ROOT / name).is_file()]
 
@@ -77,6 +78,7 @@ def test_every_file_the_code_and_docs_name_exists():
 
 def test_every_relative_link_of_the_readme_and_docs_resolves():
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted(ROOT.glob("integrations/*/README.md"))]
-    broken = [f"{page.relative_to(ROOT)}: {target}" for page in pages for target in LINK.findall(page.read_text("utf-8"))
+    broken = [f"{page.relative_to(ROOT)}: {target}" for page in pages
+              for target in LINK.findall(page.read_text(encoding="utf-8"))
               if not re.match(r"[a-z]+:|#", target) and not (page.parent / target.split("#")[0]).exists()]
     assert broken == []

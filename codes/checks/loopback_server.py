@@ -36,7 +36,8 @@ def start_server(model_dir: Path, max_batch: int, voices: Path, threads: int | N
     start."""
     port = loopback_port()
     args = [sys.executable, str(root / "serve.py"), "--model_dir", str(model_dir), "--port", str(port),
-            "--voices_dir", str(voices), "--max-batch", str(max_batch)] + (["--threads", str(threads)] if threads else [])
+            "--voices_dir", str(voices), "--max-batch", str(max_batch)]
+    args += ["--threads", str(threads)] if threads else []
     if higgs_dir:
         args += ["--higgs_dir", str(higgs_dir)]
     args += list(extra)

@@ -31,7 +31,8 @@ def cpu_info() -> tuple[str, list[str], list[str]]:
     """The CPU's model name, its instruction sets that matter here (ISA_FLAGS) and all its flags."""
     fields = _cpuinfo()
     flags = fields.get("flags", "").split()
-    return fields.get("model name", platform.processor()), [name for flag, name in ISA_FLAGS.items() if flag in flags], flags
+    isa = [name for flag, name in ISA_FLAGS.items() if flag in flags]
+    return fields.get("model name", platform.processor()), isa, flags
 
 
 def machine() -> dict:
@@ -40,8 +41,8 @@ def machine() -> dict:
     import onnxruntime
 
     model, isa, _ = cpu_info()
-    fields = _cpuinfo()
-    return {"cpu": model, "cpu_family": fields.get("cpu family"), "cpu_model": fields.get("model"), "isa": isa,
+    numbers = _cpuinfo()
+    return {"cpu": model, "cpu_family": numbers.get("cpu family"), "cpu_model": numbers.get("model"), "isa": isa,
             "logical_cpus": os.cpu_count(), "python": platform.python_version(), "onnxruntime": onnxruntime.__version__}
 
 
