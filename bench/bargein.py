@@ -29,11 +29,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from serve_bench import loopback_port  # noqa: E402
-
-from codes.checks.bench import machine, machine_line, write_page  # noqa: E402
+from codes.checks.loopback_server import loopback_port  # noqa: E402
+from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
 
 LOAD_STREAMS = 4
 LOAD_TEXT = " ".join(f"Another listener hears sentence {i} of a long answer, spoken at an even pace." for i in range(40))

@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from codes.checks.bench import cpu_info  # noqa: E402  (the checkout's library, run as a script)
+from codes.checks.results_page import cpu_info  # noqa: E402  (the checkout's library, run as a script)
 SENTENCES = [
     "The morning train was late again, so we walked along the river instead.",
     "Please keep this receipt until the order arrives.",

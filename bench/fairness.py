@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import serve  # noqa: E402
-from codes.checks.bench import machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
 from codes.runtime.engine import WorkItem  # noqa: E402
 from codes.runtime.specs import SAMPLE_RATE  # noqa: E402
 from codes.serve.lifecycle import SpeechRequest  # noqa: E402

@@ -22,11 +22,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from serve_bench import one_request, start  # noqa: E402
-
-from codes.checks.bench import machine, machine_line, write_page  # noqa: E402
+from codes.checks.loopback_server import start_server, timed_speech_request  # noqa: E402
+from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
 
 
 def descriptors(pid: int) -> int:
@@ -54,14 +52,14 @@ def main() -> None:
     args = parser.parse_args()
 
     voices = Path(tempfile.mkdtemp(prefix="http-bounds-")) / "voices"
-    proc, url = start(args.model_dir, 8, voices, None, extra=("--max-connections", str(args.max_connections),
+    proc, url = start_server(args.model_dir, 8, voices, None, extra=("--max-connections", str(args.max_connections),
                                                               "--header-seconds", str(args.header_seconds)))
     port = int(url.rsplit(":", 1)[1])
     rows, stop = [], threading.Event()
     try:
-        one_request(url, 4, 0)  # pins alloy: the timed request below only speaks
+        timed_speech_request(url, 4, 0)  # pins alloy: the timed request below only speaks
         idle_fds = descriptors(proc.pid)
-        rows.append(("idle server", health_seconds(url, args.probes), one_request(url, 4, 1)[1], idle_fds))
+        rows.append(("idle server", health_seconds(url, args.probes), timed_speech_request(url, 4, 1)[1], idle_fds))
         held = [socket.create_connection(("127.0.0.1", port)) for _ in range(args.idle)]
         slow = [socket.create_connection(("127.0.0.1", port)) for _ in range(args.slow)]
         for sock in slow:
@@ -77,7 +75,7 @@ def main() -> None:
 
         threading.Thread(target=dribble, daemon=True).start()
         rows.append((f"{args.idle} idle sockets + {args.slow} slow-header clients", health_seconds(url, args.probes),
-                     one_request(url, 4, 2)[1], descriptors(proc.pid)))
+                     timed_speech_request(url, 4, 2)[1], descriptors(proc.pid)))
     finally:
         stop.set()
         proc.kill()

@@ -22,18 +22,15 @@ import argparse
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from serve_bench import one_request, start  # noqa: E402
-
-from codes.checks.bench import machine, machine_line, write_page  # noqa: E402
+from codes.checks.loopback_server import concurrent_requests, start_server, timed_speech_request  # noqa: E402
+from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
 
 WORKLOADS = {
     "2 s reply": "Turning on the kitchen lights.",
@@ -52,22 +49,13 @@ class Server:
 
     def start(self) -> float:
         began = time.perf_counter()
-        self.proc, self.url = start(self.model_dir, self.max_batch, self.voices, self.threads, self.higgs_dir,
-                                    root=self.root, extra=self.extra)
+        self.proc, self.url = start_server(self.model_dir, self.max_batch, self.voices, self.threads,
+                                           self.higgs_dir, root=self.root, extra=self.extra)
         return time.perf_counter() - began
 
     def stop(self) -> None:
         self.proc.kill()
         self.proc.wait()
-
-
-def clients_round(server: Server, text: str, clients: int, num_steps: int) -> dict:
-    began = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        results = list(pool.map(lambda i: one_request(server.url, num_steps, i, text), range(clients)))
-    wall = time.perf_counter() - began
-    firsts, totals, audio = (np.array(column) for column in zip(*results))
-    return {"first": firsts.tolist(), "total": totals.tolist(), "audio_s": float(audio.sum()), "wall_s": wall}
 
 
 def summary(rounds: list[dict]) -> dict:
@@ -119,18 +107,18 @@ def main() -> int:
         # cold: the first request after a restart; the voices folder (and any pin kept there) stays
         for _ in range(args.cold):
             for server in [s for s in servers if s.name != "now-mb1"]:
-                one_request(server.url, args.num_steps[0], 0, WORKLOADS["2 s reply"])  # pins (kept on disk by now)
+                timed_speech_request(server.url, args.num_steps[0], 0, WORKLOADS["2 s reply"])  # pins, kept on disk
                 server.stop()
                 server.start()
                 record(("2 s reply", 1, args.num_steps[0], "cold"), server,
-                       clients_round(server, WORKLOADS["2 s reply"], 1, args.num_steps[0]))
+                       concurrent_requests(server.url, 1, args.num_steps[0], WORKLOADS["2 s reply"]))
         for workload in args.workloads:
             text = WORKLOADS[workload]
             for num_steps in args.num_steps:
                 crowd = any(c > 1 for c in args.clients) and (not args.four_steps or num_steps in args.four_steps)
                 for server in servers:
                     if server.name != "now-mb1" or crowd:
-                        one_request(server.url, num_steps, 0, text)  # warm for this workload
+                        timed_speech_request(server.url, num_steps, 0, text)  # warm for this workload
                 for clients in args.clients:
                     if clients > 1 and args.four_steps and num_steps not in args.four_steps:
                         continue
@@ -139,7 +127,7 @@ def main() -> int:
                             if (clients == 1 and server.name == "now-mb1") or (
                                     clients > 1 and server.name.startswith("now-pin")):
                                 continue
-                            value = clients_round(server, text, clients, num_steps)
+                            value = concurrent_requests(server.url, clients, num_steps, text)
                             record((workload, clients, num_steps, "warm"), server, value)
                             print(workload, clients, num_steps, server.name,
                                   {k: np.round(v, 2).tolist() for k, v in value.items()}, flush=True)

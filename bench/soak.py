@@ -35,15 +35,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from clips import lying_matroska, silent_flac, with_flac_length  # noqa: E402
-from serve_bench import start  # noqa: E402
 from wyoming.client import AsyncTcpClient  # noqa: E402
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice  # noqa: E402
 
-from codes.checks.bench import machine  # noqa: E402
+from codes.checks.hostile_clips import lying_matroska, silent_flac, with_flac_length  # noqa: E402
+from codes.checks.loopback_server import loopback_port, start_server  # noqa: E402
+from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
 
 SENTENCES = ("The morning train was late again.", "She opened the window and listened to the rain.",
              "Nobody expected the meeting to last three hours.", "Please check the figures before Friday.",
@@ -311,7 +309,7 @@ def percentile(values, q):
     return float(np.percentile(values, q)) if values else float("nan")
 
 
-def report(args, tally: Tally, rss: list, duration: float, warmup: float, final: dict, log: Path) -> tuple[str, dict]:
+def report(args, tally: Tally, rss: list, duration: float, warmup: float, final: dict, log: Path) -> tuple[list, dict]:
     settled = [(t, mb) for t, mb in rss if t >= warmup and mb is not None]
     start_mb, end_mb = (settled[0][1], settled[-1][1]) if settled else (float("nan"),) * 2
     mid_mb = min(settled, key=lambda s: abs(s[0] - (warmup + duration) / 2))[1] if settled else float("nan")
@@ -327,7 +325,7 @@ def report(args, tally: Tally, rss: list, duration: float, warmup: float, final:
     info = data["machine"]
     kinds = sorted(set(tally.ok) | {k.split(": ")[0] for k in tally.refused})
     lines = [f"# serve.py soak: `{args.model_dir.name}`, {args.minutes:g} min, {args.clients} clients", "",
-             f"{info['cpu']}, {info['logical_cpus']} logical CPUs ({', '.join(info['isa']) or 'no AVX2'}); seed "
+             f"{machine_line(info)}; seed "
              f"{args.seed}, timeout {args.timeout:g} s per call. Made by `bench/soak.py`.", "",
              f"**HUNG: {data['hung']}**{f' {dict(tally.hung)}' if tally.hung else ''} · connection errors: "
              f"{sum(tally.conn_errors.values())} · unexpected errors: {sum(tally.unexpected.values())} · "
@@ -345,7 +343,7 @@ def report(args, tally: Tally, rss: list, duration: float, warmup: float, final:
                   f"max {health['max_ms']:.1f} ms.", "",
               "| server VmRSS | after warm-up | middle | end | growth |", "|---|---|---|---|---|",
               f"| MB | {start_mb:.0f} | {mid_mb:.0f} | {end_mb:.0f} | {data['rss_mb']['growth_pct']:+.1f}% |"]
-    return "\n".join(lines) + "\n", data
+    return lines, data
 
 
 def main() -> int:
@@ -361,10 +359,8 @@ def main() -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     voices = Path(tempfile.mkdtemp(prefix="soak-")) / "voices"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        wyoming_port = sock.getsockname()[1]
-    proc, url = start(args.model_dir.resolve(), args.max_batch, voices, args.threads, args.higgs_dir,
+    wyoming_port = loopback_port()
+    proc, url = start_server(args.model_dir.resolve(), args.max_batch, voices, args.threads, args.higgs_dir,
                       extra=("--wyoming-uri", f"tcp://127.0.0.1:{wyoming_port}", *WYOMING_LIMITS))
     log = next(voices.parent.glob("voices-server-*.log"))
     tally, rss, stop = Tally(), [], threading.Event()
@@ -411,11 +407,9 @@ def main() -> int:
     finally:
         proc.kill()
         proc.wait()
-    text, data = report(args, tally, rss, duration, warmup, final, log)
-    print(text + f"server log: {log}\nHUNG: {data['hung']}", flush=True)
-    if args.out:
-        args.out.write_text(text)
-        args.out.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+    lines, data = report(args, tally, rss, duration, warmup, final, log)
+    write_page(args.out, lines, data)
+    print(f"server log: {log}\nHUNG: {data['hung']}", flush=True)
     return 0
 
 

@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from codes.checks.bench import machine  # noqa: E402
+from codes.checks.results_page import machine  # noqa: E402
 from codes.runtime.decoding import RandomNoise  # noqa: E402
 from codes.runtime.engine import StepEngine, step_tokens  # noqa: E402
 from codes.runtime.settings import GenerationSettings  # noqa: E402

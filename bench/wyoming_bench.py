@@ -27,11 +27,9 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
-from serve_bench import loopback_port, start  # noqa: E402
-
-from codes.checks.bench import machine, machine_line, write_page  # noqa: E402
+from codes.checks.loopback_server import loopback_port, start_server  # noqa: E402
+from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
 
 REPLY = ("Sure, I turned on the kitchen lights and set them to half brightness. The living room stays dark, "
          "as you asked. Is there anything else you would like me to do?")
@@ -86,7 +84,7 @@ def main() -> int:
     args = p.parse_args()
     port = loopback_port()
     voices = Path(tempfile.mkdtemp(prefix="wyoming-bench-")) / "voices"
-    proc, _ = start(args.model_dir, 8, voices, args.threads, args.higgs_dir,
+    proc, _ = start_server(args.model_dir, 8, voices, args.threads, args.higgs_dir,
                     extra=("--wyoming-uri", f"tcp://127.0.0.1:{port}", "--num-steps", str(args.num_steps)))
     results: dict[str, dict] = {}
     try:

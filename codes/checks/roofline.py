@@ -333,8 +333,8 @@ def fastest_step(events: list[dict], graph: str, steps: int) -> list[OpRun]:
 
 
 def step_ops(model_dir: Path, case, threads: int, steps: int = 3) -> list[OpRun]:
-    """The ops of one decoding step of `case` (a bench.Case; each op at its fastest of `steps`)."""
-    from codes.checks.bench import profiled_events
+    """The ops of one decoding step of `case` (a workloads.Case; each op at its fastest of `steps`)."""
+    from codes.checks.profiling import profiled_events
 
     return [op for graph, events in profiled_events(model_dir, case, threads, steps).items()
             for op in fastest_step(events, graph, steps)]

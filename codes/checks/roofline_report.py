@@ -7,7 +7,8 @@ import datetime
 from pathlib import Path
 
 from codes.checks import roofline
-from codes.checks.bench import WORKLOADS, Case, machine, machine_line, write_page
+from codes.checks.results_page import machine, machine_line, write_page
+from codes.checks.workloads import WORKLOADS, Case
 from codes.common.errors import UserError, run_cli
 from codes.runtime.manifest import read_manifest
 

@@ -1,7 +1,7 @@
 """How many audio frames to generate for a text: upstream's rule-based estimate.
 
 Each character has a phonetic weight by script (a Latin letter = 1.0, a CJK
-character = 3.0, ...; upstream's table in codes/data/duration_weights.json).
+character = 3.0, ...; upstream's table in codes/runtime/data/duration_weights.json).
 The reference (or "Nice to meet you." = 25 frames without one) gives the
 speaking rate in weight per frame; the target's weight divided by that rate is
 its length, boosted along a power curve below 50 frames.

@@ -139,7 +139,7 @@ class OmniVoiceOnnx:
           "graph":  the graphs joined on the host, cells scored by the build's cell-scoring graphs;
           "numpy":  the graphs joined on the host, cells scored in numpy: the reference.
         Published folders have neither glue nor scoring graphs, and run "numpy".
-        profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.checks.bench reads it).
+        profile_dir: run the three model graphs under ONNX Runtime's profiler (codes.checks.profiling reads it).
         asr_dir: the recogniser, for clips given without their transcript: a recogniser folder or a build
         holding one (None: the model folder's, if it has one); asr_provider: where it runs (None: provider).
         """

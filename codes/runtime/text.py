@@ -3,7 +3,7 @@
 Mirrors what upstream's generation does to text before tokenizing
 (`_combine_text`, `add_punctuation`, `_tokenize_with_nonverbal_tags`,
 `chunk_text_punctuation`). The punctuation sets, abbreviations and tag names
-are upstream's, kept in codes/data/text_rules.json.
+are upstream's, kept in codes/runtime/data/text_rules.json.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Languages: an id ("en") or a name ("English", any case); unknown ones log a
 warning and fall back to language-agnostic mode (None), like upstream.
 Instructs: a controlled vocabulary (gender, age, pitch, style, English accents,
-Chinese dialects) from codes/data/instruct.json; unknown items and conflicting
+Chinese dialects) from codes/runtime/data/instruct.json; unknown items and conflicting
 items raise UserError with a one-line message.
 """
 

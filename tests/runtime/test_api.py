@@ -26,7 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "tests" / "examples" / "upstream_readme.py"
 UPSTREAM_IMPORT = "from omnivoice import OmniVoice, OmniVoiceGenerationConfig, VoiceClonePrompt  # the import"
 OUR_IMPORT = "from codes import OmniVoice, OmniVoiceGenerationConfig, VoiceClonePrompt  # the import"
-AUDIO_ATOL = 2e-4  # the fp32 codec against torch's (tests/test_synthesis.py)
+AUDIO_ATOL = 2e-4  # the fp32 codec against torch's (tests/runtime/test_synthesis.py)
 
 
 @pytest.fixture(scope="module")

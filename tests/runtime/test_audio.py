@@ -15,6 +15,7 @@ from helpers.upstream_twins import upstream_self
 from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 from omnivoice.utils import audio as upstream_audio
 
+from codes.checks import hostile_clips
 from codes.runtime import audio
 from codes.common.errors import UserError
 from codes.runtime.settings import GenerationSettings
@@ -241,19 +242,19 @@ def test_read_clip_mixes_down_block_by_block_to_what_a_whole_read_gives(tmp_path
 
 
 def test_read_clip_refuses_a_long_clip_by_its_header_before_decoding(monkeypatch):
-    bomb = clips.silent_flac(60)  # 8 channels at 192 kHz: 370 MB as float32, a few KB here
+    bomb = hostile_clips.silent_flac(60)  # 8 channels at 192 kHz: 370 MB as float32, a few KB here
     assert len(bomb) < 200_000
     monkeypatch.setattr(audio, "_mono_blocks", lambda *_: pytest.fail("decoded a clip its header refuses"))
     with pytest.raises(audio.ClipTooLong, match="the clip is 60.0 s; the limit is 30 s") as caught:
         audio.read_clip(bomb, max_seconds=30)
     assert caught.value.seconds == 60.0
     with pytest.raises(audio.ClipTooLong, match="over 30 s") as caught:  # a header that gives no length
-        audio.read_clip(clips.with_flac_length(bomb, 0), max_seconds=30)
+        audio.read_clip(hostile_clips.with_flac_length(bomb, 0), max_seconds=30)
     assert caught.value.seconds is None
 
 
 def test_read_clip_stops_decoding_a_lying_container_at_the_limit(monkeypatch):
-    lying = clips.lying_matroska(clips.silent_flac(20, rate=48000), claimed_seconds=1)
+    lying = hostile_clips.lying_matroska(hostile_clips.silent_flac(20, rate=48000), claimed_seconds=1)
     decoded = []
     bounded = audio._bounded
 

@@ -26,6 +26,8 @@ from helpers import clips
 from helpers.scripts import ROOT, last_error_line
 from helpers.serving import FAST, Server, free_port, signal_at_stage, speak, whole_response
 
+from codes.checks import hostile_clips
+
 BODY_SECONDS, WRITE_SECONDS, HEADER_SECONDS, MAX_CONNECTIONS, MAX_HEADER_BYTES = 5, 3, 4, 40, 16384
 LIMITS = ("--max-body-bytes", "200000", "--max-upload-bytes", "2000000", "--max-instructions-chars", "200",
           "--max-upload-seconds", "3", "--max-transcript-chars", "100", "--max-voices", "2", "--max-pinned", "1",
@@ -388,14 +390,14 @@ def still_serving(srv: Server) -> None:
 
 @pytest.fixture(scope="module")
 def bomb() -> bytes:
-    return clips.silent_flac(300)  # 8 channels at 192 kHz: 1.8 GB as float32, under 500 KB here
+    return hostile_clips.silent_flac(300)  # 8 channels at 192 kHz: 1.8 GB as float32, under 500 KB here
 
 
 @pytest.mark.parametrize("kind", ["honest header", "no length in its header", "lying container"])
 def test_an_upload_bomb_is_refused_without_the_server_growing(server, bomb, kind):
     """A 464 KiB FLAC grew the server 3.5 GB before its length was checked."""
-    data = {"honest header": bomb, "no length in its header": clips.with_flac_length(bomb, 0),
-            "lying container": clips.lying_matroska(bomb, claimed_seconds=1)}[kind]
+    data = {"honest header": bomb, "no length in its header": hostile_clips.with_flac_length(bomb, 0),
+            "lying container": hostile_clips.lying_matroska(bomb, claimed_seconds=1)}[kind]
     assert len(data) < 2_000_000  # under --max-upload-bytes: the clip's length is what refuses it
     response, growth = memory_growth(server, lambda: upload(server, "bomb", data))
     assert response.status_code == 400 and error_of(response)["code"] == "clip_too_long"

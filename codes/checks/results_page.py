@@ -1,0 +1,66 @@
+"""What every bench/ results page shares: the machine it was measured on, named (its CPU, the instruction sets
+ONNX Runtime's kernels choose among, onnxruntime), and the page written (printed, and to a file with its .json)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from pathlib import Path
+
+from codes.common.fileio import atomic_path
+
+# The instruction sets ONNX Runtime's GEMMs choose among: a speed figure means little without them.
+ISA_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx_vnni": "AVX-VNNI", "avx512_vnni": "AVX-512 VNNI",
+             "avx512_bf16": "AVX-512 BF16", "amx_int8": "AMX-INT8", "amx_bf16": "AMX-BF16"}
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first core's fields of /proc/cpuinfo (every core says the same); empty where there is none."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for key, _, value in (line.partition(":") for line in text.splitlines() if ":" in line):
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_info() -> tuple[str, list[str], list[str]]:
+    """The CPU's model name, its instruction sets that matter here (ISA_FLAGS) and all its flags."""
+    fields = _cpuinfo()
+    flags = fields.get("flags", "").split()
+    isa = [name for flag, name in ISA_FLAGS.items() if flag in flags]
+    return fields.get("model name", platform.processor()), isa, flags
+
+
+def machine() -> dict:
+    """The machine as a results page records it. A VM's model name is often only "AMD EPYC": the family and
+    model numbers tell its generations apart (AMD family 23 is Zen 1 and 2, 25 Zen 3 and 4, 26 Zen 5)."""
+    import onnxruntime
+
+    model, isa, _ = cpu_info()
+    numbers = _cpuinfo()
+    return {"cpu": model, "cpu_family": numbers.get("cpu family"), "cpu_model": numbers.get("model"), "isa": isa,
+            "logical_cpus": os.cpu_count(), "python": platform.python_version(), "onnxruntime": onnxruntime.__version__}
+
+
+def machine_line(info: dict) -> str:
+    """How a results page names its machine: the CPU (family and model where known), its cores and
+    instruction sets, onnxruntime."""
+    numbers = f" (family {info['cpu_family']} model {info['cpu_model']})" if info.get("cpu_family") else ""
+    return (f"{info['cpu']}{numbers}, {info['logical_cpus']} cores ({', '.join(info['isa']) or 'no AVX2'}); "
+            f"onnxruntime {info['onnxruntime']}")
+
+
+def write_page(out: Path | None, lines: list[str], data: dict | None = None) -> None:
+    """A bench script's markdown page, printed, and with `out` written there (and `data` beside it as .json)."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out is not None:
+        with atomic_path(out) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+        if data is not None:
+            with atomic_path(out.with_suffix(".json")) as tmp:
+                tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
