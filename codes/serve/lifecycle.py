@@ -1,7 +1,7 @@
 """A request's life, written once for every door (after vLLM's AsyncLLM.generate, one path that adds
 the request, yields its outputs and aborts it in `finally` when the caller goes away). `RequestLife` is
 what every kind of request shares (admission, how it ended, the release, the log line); `SpeechRequest`
-speaks one text, a script's request (codes/serve/script_request.py) many segments.
+speaks one text; a script's request, many segments.
 
     async with SpeechRequest(state, params, door) as speaking:
         async for piece in speaking.spoken():  # or pieces(), the audio alone
