@@ -64,7 +64,7 @@ def render_plan(tts, plan: ScriptPlan, max_batch: int = 8, on_progress: Callable
     finally:
         engine.stop()
         whole.shutdown(wait=True, cancel_futures=True)
-    return timeline.finish(run.made_voices)
+    return timeline.finish(run.made_voices, engine.steps_run)
 
 
 def speak_script(tts, script: Script | str | os.PathLike | None = None, speakers: Mapping | None = None, *,

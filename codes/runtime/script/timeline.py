@@ -46,6 +46,7 @@ class RenderedScript:
     captions: list[Caption]
     offsets: list[int]  # each piece's first sample on the track (its leading pad's)
     voices: dict[str, Voice] = field(default_factory=dict)  # each designed or auto speaker's reference
+    steps: int = 0  # decoding steps the engine ran for it (fewer than the segments' steps where they shared)
 
 
 class Timeline:
@@ -120,9 +121,10 @@ class Timeline:
             captions.append(Caption(piece.index, piece.speaker, piece.segment.text, start, end))
         return captions
 
-    def finish(self, voices: dict[str, Voice] | None = None) -> RenderedScript:
+    def finish(self, voices: dict[str, Voice] | None = None, steps: int = 0) -> RenderedScript:
         if not self.complete:
             missing = [i for i, wav in enumerate(self.wavs) if wav is None]
             raise ValueError(f"pieces {missing} are not in yet")
         mix, stems = self._render(0, self.length())
-        return RenderedScript(mix, self.plan.sample_rate, stems, self.captions(), list(self.offsets), dict(voices or {}))
+        return RenderedScript(mix, self.plan.sample_rate, stems, self.captions(), list(self.offsets), dict(voices or {}),
+                              steps)
