@@ -31,6 +31,8 @@ from codes.runtime.script.speakers import SpeakerVoice
 from codes.runtime.specs import SAMPLE_RATE
 from codes.runtime.synthesis import Request, Voice, chunk_request, first_chunk_voice, is_long, long_form_chunks
 
+ORDERS = ("timeline", "length")
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -217,13 +219,21 @@ class ScriptRun:
             request = chunk_request(request, state.chunk_texts[chunk], reference)
         return Job(index, chunk, request, piece.settings, state.noise)
 
-    def take_jobs(self, limit: int | None = None) -> list[Job]:
+    def take_jobs(self, limit: int | None = None, order: str = "timeline") -> list[Job]:
         """Jobs whose inputs are known, not handed out before: those that make a speaker's reference first,
-        then in timeline order. Each piece has at most one job out (its chunks go in turn)."""
-        ready = [p for p, s in zip(self.plan.pieces, self._state)
+        then in timeline order (for a listener: the mix comes out soonest), or longest first ("length": jobs
+        that start together share their steps, and a step pads every item to its longest, so like lengths
+        together waste least). Each piece has at most one job out (its chunks go in turn)."""
+        if order not in ORDERS:
+            raise UserError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
+        ready = [self._job(p.index) for p, s in zip(self.plan.pieces, self._state)
                  if s.request is not None and not s.out and len(s.chunks) < s.total]
-        ready.sort(key=lambda piece: (not piece.makes_reference, piece.index))
-        jobs = [self._job(piece.index) for piece in ready[:limit]]
+        pieces = self.plan.pieces
+        if order == "timeline":
+            ready.sort(key=lambda job: (not pieces[job.piece].makes_reference, job.piece))
+        else:
+            ready.sort(key=lambda job: (not pieces[job.piece].makes_reference, -job.request.target_len, job.piece))
+        jobs = ready[:limit]
         for job in jobs:
             self._state[job.piece].out = True
         return jobs

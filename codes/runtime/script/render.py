@@ -28,17 +28,18 @@ CAPTION_SUFFIXES = {".srt": "srt", ".vtt": "vtt"}
 
 
 def render_plan(tts, plan: ScriptPlan, max_batch: int = 8, on_progress: Callable[[int, int], None] | None = None,
-                on_audio: Callable[[np.ndarray], None] | None = None) -> RenderedScript:
+                on_audio: Callable[[np.ndarray], None] | None = None, order: str = "length") -> RenderedScript:
     """Every piece of the plan, up to max_batch work items sharing each decoding step; a chunk longer than a
     work item (Job.fits_a_work_item) is decoded whole beside the engine. on_progress(pieces done, total);
-    on_audio(block): the mix in timeline order, as it becomes final."""
+    on_audio(block): the mix in timeline order, as it becomes final. order: which jobs go first
+    (ScriptRun.take_jobs): "length" wastes least on padding, "timeline" gives on_audio its first block soonest."""
     run, timeline = ScriptRun(plan, tts), Timeline(plan)
     engine = StepEngine(tts, max_batch=max_batch, max_queue=len(plan.pieces))  # at most one job a piece is out
     whole = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-whole")
     out: dict[Future, tuple[Job, object]] = {}
 
     def submit_ready():
-        for job in run.take_jobs():
+        for job in run.take_jobs(order=order):
             if job.fits_a_work_item:
                 item = engine.submit(job.request, job.settings, job.noise)
                 out[item.future] = (job, item)
@@ -71,7 +72,7 @@ def speak_script(tts, script: Script | str | os.PathLike | None = None, speakers
                  text: str | None = None, script_format: str | None = None, gap: float = 0.0,
                  overlap: str = "error", seed: int | None = None, language: str | None = None,
                  speed: float | None = None, normalize_text: bool = False, postprocess: bool | None = None,
-                 max_batch: int = 8, settings=None, on_progress=None, on_audio=None,
+                 max_batch: int = 8, settings=None, on_progress=None, on_audio=None, order: str = "length",
                  **settings_overrides) -> RenderedScript:
     """A script spoken: `script` (a file's path, or a parsed Script) or `text` (a script's text, in
     script_format, default "text"), by `speakers` ({name: VOICE string, Voice or SpeakerVoice}, in order:
@@ -89,7 +90,7 @@ def speak_script(tts, script: Script | str | os.PathLike | None = None, speakers
     plan = plan_script(script, voices, tts, settings, seed, gap, postprocess, language, speed, normalize_text)
     for warning in plan.warnings:
         logger.warning(warning)
-    return render_plan(tts, plan, max_batch, on_progress, on_audio)
+    return render_plan(tts, plan, max_batch, on_progress, on_audio, order)
 
 
 # --- files ------------------------------------------------------------------------------------

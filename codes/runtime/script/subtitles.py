@@ -4,8 +4,9 @@ Read as editors write them (docs/scripts.md): a BOM, CRLF, missing cue numbers, 
 header, NOTE, STYLE and REGION blocks, cue identifiers and settings; styling stripped (<i>, <b>, <u>,
 <font>, VTT's <c>, <ruby>, <lang> and inline timestamps, ASS's {\\an8}), HTML entities unescaped. The
 speaker comes from a VTT voice span (<v Name>, its closing tag optional), else from a declared "Name:" or
-">> Name:" at the start of the cue, else it is the default one. A small parser of our own: pysubs2
-drops the voice span's name with the other tags, and keeps none of the line numbers errors need.
+">> Name:" at the start of the cue, else it is the default one. A small parser of our own: pysubs2's
+SubRip reader, which its WebVTT one shares, drops unknown tags, <v Name> among them (kept, they are raw
+text), and keeps none of the line numbers errors need.
 
 Times are kept in whole milliseconds while read, so a cue's length is the decimal its file says
 (00:00:03,040 - 00:00:01,000 is 2.04 s, what --duration 2.04 gives).
