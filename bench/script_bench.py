@@ -33,7 +33,8 @@ def main(argv=None) -> int:
     p.add_argument("--note", default="", help="a paragraph for the page, under the table")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "script_results.md", help="the page to write")
     args = p.parse_args(argv)
-    report = run_benchmark(args.model_dir, args.higgs_dir, args.workloads, args.max_batch, args.num_steps,
+    workloads = [WORKLOADS[name]() for name in args.workloads]
+    report = run_benchmark(args.model_dir, args.higgs_dir, workloads, args.max_batch, args.num_steps,
                            args.threads, args.repeats)
     command = "python bench/script_bench.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     write_page(args.out, markdown(report, command, args.note), report)

@@ -115,9 +115,9 @@ def measure_in_child(model_dir: Path, higgs_dir: Path | None, workload: Workload
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_benchmark(model_dir: Path, higgs_dir: Path | None, workloads: list[str], max_batch: int, num_steps: int,
+def run_benchmark(model_dir: Path, higgs_dir: Path | None, workloads: list[Workload], max_batch: int, num_steps: int,
                   threads: int | None, repeats: int = 1, log=print) -> dict:
-    made = {name: WORKLOADS[name]() for name in workloads}
+    made = {workload.name: workload for workload in workloads}
     runs: dict[tuple[str, str], list[dict]] = {}
     for repeat in range(repeats):
         for name, workload in made.items():
@@ -131,7 +131,7 @@ def run_benchmark(model_dir: Path, higgs_dir: Path | None, workloads: list[str],
     rows = []
     for (name, mode), results in runs.items():
         best = min(results, key=lambda r: r["wall_s"])
-        rows.append({"workload": made[name].name, "mode": mode, "max_batch": MODES[mode][1] or max_batch, **best,
+        rows.append({"workload": name, "mode": mode, "max_batch": MODES[mode][1] or max_batch, **best,
                      "repeats": len(results)})
     return {"machine": machine(), "model_dir": str(model_dir), "num_steps": num_steps, "threads": threads,
             "rows": rows}
