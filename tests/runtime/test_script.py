@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile
 from helpers.scripts import last_error_line, run_main, run_script
-from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
+from helpers.synthesis_inputs import ASR_BUILD, REF_TEXT, reference_clip, write_clip
 
 from codes.runtime.decoding import item_noises
 from codes.runtime.script import (ScriptRun, Timeline, caption_text, parse_script, plan_script, read_script,
@@ -28,8 +28,8 @@ BOB = "male, low pitch"
 
 
 @pytest.fixture(scope="module")
-def model_dir(builds):
-    return builds.get(*FP32_BUILD)
+def model_dir(served_build):
+    return served_build  # the tiny fp32 build, its fp32 codec inside: segments can equal their alone runs
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +253,15 @@ def test_a_clip_with_its_transcript_is_a_speaker(tts, tmp_path):
     expected = tts.create_voice(clip, REF_TEXT)
     np.testing.assert_array_equal(made.codes, expected.codes)
     assert (made.text, made.rms) == (expected.text, expected.rms)
+
+
+def test_a_clip_alone_is_transcribed_where_the_build_has_a_recogniser(builds, tmp_path):
+    with_asr = OmniVoiceOnnx(builds.get(*ASR_BUILD), threads=1)
+    clip = write_clip(tmp_path / "ref.wav", reference_clip(RATE), RATE)
+    made = resolve_speakers({"Dana": str(clip)}, with_asr)["Dana"].voice
+    expected = with_asr.create_voice(clip)  # the recogniser's transcript
+    np.testing.assert_array_equal(made.codes, expected.codes)
+    assert made.text == expected.text == with_asr.transcribe_reference(clip) and made.text
 
 
 # ---------------------------------------------------------------------------
