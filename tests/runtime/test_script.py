@@ -287,6 +287,8 @@ BAD = {
     "gap with cues": ("dub.srt", "00:00:01,000 --> 00:00:02,000\nOne.\n", ("--gap", "0.5"), "--gap is for text scripts"),
     "a single-text voice flag": ("d.txt", "Hi.\n", ("--instruct", "female"), "--instruct does not go with --script"),
     "captions of no format": ("d.txt", "Hi.\n", ("--captions", "{tmp}/c.txt"), "needs .srt or .vtt"),
+    "a stem over the mix": ("d.txt", "Hi.\n", ("--speaker", "out=auto", "--captions", "{tmp}/out.srt", "--stems",
+                                               "{tmp}"), "which is another output"),
     "a speaker without a voice": ("d.txt", "Hi.\n", ("--speaker", "Alice"), "needs NAME=VOICE"),
     "a clip alone without a recogniser": ("d.txt", "Hi.\n", ("--speaker", "Alice={clip}"), "--include-asr"),
     "a missing script": (None, None, (), "cannot read script"),
@@ -302,9 +304,10 @@ def test_bad_input_is_one_error_line_and_writes_nothing(case, model_dir, tmp_pat
     clip = write_clip(tmp_path / "clip.wav", reference_clip(RATE), RATE)
     extra = [str(a).format(script=script, tmp=tmp_path, clip=clip) for a in extra]
     outputs = [tmp_path / "out.wav", tmp_path / "stems", tmp_path / "out.srt"]
-    captions = [] if "--captions" in extra else ["--captions", outputs[2]]
+    own = [] if "--captions" in extra else ["--captions", outputs[2]]
+    own += [] if "--stems" in extra else ["--stems", outputs[1]]
     result = run_main("inference.py", "--model_dir", model_dir, *CLI, "--script", script, *extra,
-                      "--output", outputs[0], "--stems", outputs[1], *captions)
+                      "--output", outputs[0], *own)
     assert result.returncode == 2, result.stdout + result.stderr
     line = last_error_line(result)
     assert line.startswith("error: ") and expected in line, result.stderr

@@ -171,7 +171,9 @@ class Job:
 
 @dataclass(frozen=True)
 class FinishedPiece:
-    """A piece whose codes are all made: decode with OmniVoiceOnnx.decode(chunks, ref_rms, settings)."""
+    """A piece whose codes are all made: decode with OmniVoiceOnnx.decode(chunks, ref_rms, settings), which
+    cross-fades a long piece's chunks as upstream does (the server's LoadedModel.decode takes one array: a
+    chunked piece needs the list)."""
 
     index: int
     chunks: list[np.ndarray]

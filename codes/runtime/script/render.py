@@ -108,6 +108,8 @@ def check_outputs(output: Path, captions: Path | None = None, stems: Path | None
         check_output_path(captions, "captions")
         if captions.suffix.lower() not in CAPTION_SUFFIXES:
             raise UserError(f"--captions {captions} needs .srt or .vtt, got {captions.suffix or 'no extension'!r}")
+        if captions.resolve() == output.resolve():
+            raise UserError(f"--captions {captions} is --output too; give the captions their own file")
     if stems is None:
         return
     if stems.exists() and not stems.is_dir():
