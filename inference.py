@@ -5,6 +5,8 @@
   python inference.py --model_dir DIR --text "..." --ref_audio me.wav --ref_text "What I said." --output out.wav
   python inference.py --model_dir DIR --text "..." --ref_audio me.wav --output out.wav   # a build with --include-asr
   python inference.py --model_dir DIR --jsonl lines.jsonl --output out_folder/
+  python inference.py --model_dir DIR --script dialogue.txt --speaker Alice=alice.npz --speaker "Bob=instruct:male" \
+      --output dialogue.wav --captions dialogue.srt          # or an .srt/.vtt dubbed cue by cue (docs/scripts.md)
 """
 
 from __future__ import annotations
@@ -37,6 +39,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     what.add_argument("--jsonl", type=Path, help='one {"text", "output"?, "language"?, "instruct"?, "duration"?, '
                                                  '"speed"?} per line, or upstream\'s test list (id, ref_audio, '
                                                  'ref_text, language_id, ...); --output is then a folder')
+    what.add_argument("--script", type=Path, help="a script: a dialogue (.txt), subtitles (.srt, .vtt) or segments "
+                                                  "(.jsonl), spoken into one track (docs/scripts.md)")
+    script = p.add_argument_group("scripts (--script)")
+    script.add_argument("--script_format", choices=("text", "srt", "vtt", "jsonl"),
+                        help="the script's format (default: by extension; anything else is a text script)")
+    script.add_argument("--speaker", action="append", metavar="NAME=VOICE",
+                        help="a speaker and its voice: a voice file (.npz, .pt), a clip (.wav, ... or clip:PATH, "
+                             "|transcript optional), instruct:<attributes> or auto; repeat for each; the first "
+                             "speaks unmarked lines (none: one auto voice)")
+    script.add_argument("--gap", type=float, help="seconds of silence between two speakers' turns (default 0; "
+                                                  "each piece has 0.1 s of pad on each side already)")
+    script.add_argument("--overlap", choices=("error", "trim", "mix"),
+                        help="overlapping cues: refused (default), the earlier ends where the later starts, or both "
+                             "spoken over each other")
+    script.add_argument("--captions", type=Path, help="also write captions (.srt or .vtt) at the speech's sample offsets")
+    script.add_argument("--stems", type=Path, help="also write one track per speaker into this folder (made if missing)")
+    script.add_argument("--max_batch", type=int, default=8, help="segments sharing each decoding step (default 8)")
     p.add_argument("--output", type=Path, default=Path("output.wav"), help="WAV file (or folder for batches)")
     p.add_argument("--float_wav", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
     p.add_argument("--codes_out", type=Path, help="also save the generated codes [8,T] int64 (.npy; batches: a folder)")
@@ -77,6 +96,12 @@ def main(argv=None) -> int:
     from codes.runtime.synthesis import OmniVoiceOnnx, Voice
 
     settings = settings_from_flags(args)
+    if args.script is not None:
+        return _speak_script(args, settings)
+    given = [flag for flag in ("script_format", "speaker", "gap", "overlap", "captions", "stems")
+             if getattr(args, flag) is not None]
+    if given:
+        raise UserError(f"--{given[0]} goes with --script")
     if args.ref_audio and args.voice:
         raise UserError("give either --ref_audio (with its --ref_text, if any) or --voice, not both")
     if args.ref_text and not args.ref_audio:
@@ -143,6 +168,54 @@ def main(argv=None) -> int:
     elapsed = time.perf_counter() - start
     print(f"RTF {elapsed / max(audio_seconds, 1e-9):.3f} ({elapsed:.2f} s for {audio_seconds:.2f} s of audio)")
     return 0
+
+
+def _speak_script(args, settings) -> int:
+    from codes.runtime.manifest import find_builds
+    from codes.runtime.script import check_outputs, parse_speakers, read_script, speak_script, write_outputs
+    from codes.runtime.script.speakers import DEFAULT_SPEAKER
+    from codes.runtime.synthesis import OmniVoiceOnnx
+
+    for flag in ("instruct", "ref_audio", "ref_text", "voice", "save_voice", "duration", "num_audio_tokens", "codes_out"):
+        if getattr(args, flag) is not None:
+            raise UserError(f"--{flag} does not go with --script: voices are --speaker NAME=VOICE, and lengths are "
+                            "the script's (a segment's duration, a cue's times)")
+    if args.max_batch < 1:
+        raise UserError(f"--max_batch must be >= 1, got {args.max_batch}")
+    speakers = parse_speakers(args.speaker or ())
+    script = read_script(args.script, args.script_format, speakers, args.overlap or "error")
+    check_outputs(args.output, args.captions, args.stems, speakers or [DEFAULT_SPEAKER])
+    model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
+    tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads,
+                        backbone=args.backbone, asr_dir=args.asr_dir)
+    tts.codec.load_decoder()  # a missing codec fails before any compute
+    # None: the format's own (on for text pieces, off for cues); given: for every piece.
+    postprocess = None if args.postprocess_output is None and not args.no_postprocess else settings.postprocess_output
+    bar = None if args.quiet else _segment_bar(len(script.segments))
+    start = time.perf_counter()
+    rendered = speak_script(tts, script, speakers, gap=args.gap or 0.0, seed=args.seed, language=args.language,
+                            speed=args.speed, normalize_text=args.normalize_text, postprocess=postprocess,
+                            max_batch=args.max_batch, settings=settings, on_progress=bar)
+    elapsed, seconds = time.perf_counter() - start, len(rendered.audio) / rendered.sample_rate
+    for path in write_outputs(rendered, args.output, args.captions, args.stems, args.float_wav):
+        if not args.quiet:
+            print(f"wrote {path}", file=sys.stderr)
+    print(f"RTF {elapsed / max(seconds, 1e-9):.3f} ({elapsed:.2f} s for {seconds:.2f} s of audio, "
+          f"{len(rendered.captions)} segments)")
+    return 0
+
+
+def _segment_bar(total: int):
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc="segments", unit="segment", leave=False)
+
+    def on_progress(done: int, total: int):
+        bar.update(done - bar.n)
+        if done == total:
+            bar.close()
+
+    return on_progress
 
 
 def _progress_bar(num_steps: int):

@@ -20,6 +20,7 @@ import numpy as np
 from codes.runtime import audio as audio_ops
 from codes.runtime.decoding import NoiseSource, ScoreFn, item_noises, iterative_decode, numpy_scores, per_item
 from codes.runtime.duration import estimate_target_tokens, resolve_target_len
+from codes.runtime.engine import max_item_frames
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
 from codes.runtime.manifest import read_manifest, recogniser_folder
@@ -123,6 +124,30 @@ class Request:
     voice: Voice | None
     target_len: int
     speed: float
+
+
+def is_long(request: Request, settings: GenerationSettings) -> bool:
+    """Whether upstream generates the request in chunks: its length is over audio_chunk_threshold."""
+    return request.target_len > max_item_frames(settings)
+
+
+def long_form_chunks(request: Request, settings: GenerationSettings) -> list[str]:
+    """A long request's text cut into upstream's chunks (~audio_chunk_duration each)."""
+    return chunk_long_text(request.text, request.target_len, settings.audio_chunk_duration, FRAME_RATE)
+
+
+def chunk_request(request: Request, text: str, voice: Voice | None) -> Request:
+    """One chunk of a long request, cloning `voice` (its own, or its first chunk's), its length estimated at the
+    request's speed, as upstream's `_generate_chunked` does."""
+    target_len = estimate_target_tokens(text, voice.text if voice else None,
+                                        voice.codes.shape[1] if voice else None, request.speed)
+    return Request(text, request.lang, request.instruct, voice, target_len, request.speed)
+
+
+def first_chunk_voice(codes: np.ndarray, text: str) -> Voice:
+    """Upstream's long-form rule: a first chunk spoken without a voice is the reference of what follows.
+    rms None: its loudness is not a reference level."""
+    return Voice(codes, text, None)
 
 
 class OmniVoiceOnnx:
@@ -389,12 +414,11 @@ class OmniVoiceOnnx:
             noises = item_noises(None, len(requests))
         else:
             noises = list(noise) if isinstance(noise, Sequence) else [noise] * len(requests)
-        threshold = int(settings.audio_chunk_threshold * FRAME_RATE)
         results: list[list[np.ndarray] | None] = [None] * len(requests)
-        short = [i for i, r in enumerate(requests) if r.target_len <= threshold]
-        long = [i for i, r in enumerate(requests) if r.target_len > threshold]
+        short = [i for i, r in enumerate(requests) if not is_long(r, settings)]
+        long = [i for i, r in enumerate(requests) if is_long(r, settings)]
         if short:
-            codes = self._decode_batch([requests[i] for i in short], settings, [noises[i] for i in short], on_step)
+            codes = self.generate_whole([requests[i] for i in short], settings, [noises[i] for i in short], on_step)
             for i, item_codes in zip(short, codes):
                 results[i] = [item_codes]
         if long:
@@ -403,7 +427,10 @@ class OmniVoiceOnnx:
                 results[i] = chunks
         return results
 
-    def _decode_batch(self, requests: list[Request], settings, noise, on_step) -> list[np.ndarray]:
+    def generate_whole(self, requests: list[Request], settings: GenerationSettings, noise,
+                       on_step: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
+        """Codes [8, target_len] for each request decoded as one piece, whatever its length
+        (generate_codes chunks a long one first); noise as generate_codes takes it."""
         start = time.perf_counter()
         items = [
             build_prompt(self.tokenizer, r.text, r.target_len,
@@ -423,8 +450,7 @@ class OmniVoiceOnnx:
         Without a voice, every later chunk uses the item's first chunk (text and codes) as its
         reference, so the speaker stays the same.
         """
-        chunk_texts = [chunk_long_text(r.text, r.target_len, settings.audio_chunk_duration, FRAME_RATE)
-                       for r in requests]
+        chunk_texts = [long_form_chunks(r, settings) for r in requests]
         with_voice = [r.voice is not None for r in requests]
         if any(with_voice) and not all(with_voice):
             raise UserError("long texts in one batch must all have a reference voice or none")
@@ -432,18 +458,12 @@ class OmniVoiceOnnx:
         first_chunk: dict[int, Voice] = {}
         for chunk_index in range(max(len(c) for c in chunk_texts)):
             indices = [i for i, chunks in enumerate(chunk_texts) if chunk_index < len(chunks)]
-            sub = []
-            for i in indices:
-                voice = requests[i].voice or first_chunk.get(i)
-                text = chunk_texts[i][chunk_index]
-                target_len = estimate_target_tokens(text, voice.text if voice else None,
-                                                    voice.codes.shape[1] if voice else None, requests[i].speed)
-                sub.append(Request(text, requests[i].lang, requests[i].instruct, voice, target_len, requests[i].speed))
-            for i, codes in zip(indices, self._decode_batch(sub, settings, [noises[i] for i in indices], on_step)):
+            sub = [chunk_request(requests[i], chunk_texts[i][chunk_index], requests[i].voice or first_chunk.get(i))
+                   for i in indices]
+            for i, codes in zip(indices, self.generate_whole(sub, settings, [noises[i] for i in indices], on_step)):
                 results[i].append(codes)
                 if chunk_index == 0 and requests[i].voice is None:
-                    # rms None: the first chunk's loudness is not a reference level.
-                    first_chunk[i] = Voice(codes, chunk_texts[i][0], None)
+                    first_chunk[i] = first_chunk_voice(codes, chunk_texts[i][0])
         return results
 
     def decode(self, chunks: list[np.ndarray], ref_rms: float | None, settings: GenerationSettings) -> np.ndarray:

@@ -20,6 +20,7 @@ RUNTIME_MODULES = [
     "codes.runtime.prompt_file",
     "codes.runtime.normalize",
     "codes.runtime.api",
+    "codes.runtime.script",
 ]
 FORBIDDEN = ["torch", "torchaudio", "transformers", "omnivoice", "pydub", "librosa"]
 
@@ -59,6 +60,13 @@ def test_runtime_runs_in_a_venv_with_only_the_runtime_requirements(builds, tmp_p
                              str(tmp_path / "out.wav")],
                             capture_output=True, text=True, timeout=300)
     assert spoken.returncode == 0, spoken.stderr
+    (tmp_path / "dialogue.txt").write_text('Alice: Hi. <break time="200ms"/>\nBob: Hello.\n', encoding="utf-8")
+    scripted = subprocess.run([str(python), str(REPO_ROOT / "inference.py"), "--model_dir", str(model_dir), "--script",
+                               str(tmp_path / "dialogue.txt"), "--speaker", f"Alice={upstream_voice}", "--speaker",
+                               "Bob=auto", "--num_steps", "4", "--quiet", "--output", str(tmp_path / "dialogue.wav"),
+                               "--captions", str(tmp_path / "dialogue.vtt")], capture_output=True, text=True, timeout=300)
+    assert scripted.returncode == 0, scripted.stderr
+    assert (tmp_path / "dialogue.vtt").read_text().count("-->") == 2
     round_trip = subprocess.run([str(python), str(REPO_ROOT / "higgs_inference.py"), "--models-dir",
                                  str(model_dir / "audio_tokenizer"), "--input", str(tmp_path / "out.wav"),
                                  "--output", str(tmp_path / "rt.wav")], capture_output=True, text=True, timeout=300)
