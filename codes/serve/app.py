@@ -30,12 +30,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from codes.runtime.specs import SAMPLE_RATE
 from codes.runtime.voice_design import design_vocabulary, language_choices
 from codes.serve.door import Door, MountedDoor
-from codes.serve.encode import CONTENT_TYPES, StreamEncoder
+from codes.serve.encode import CONTENT_TYPES, StreamEncoder, encode_whole
 from codes.serve.errors import REFUSALS, ClientStalled, RequestError, as_request_error
-from codes.serve.guard import SPEECH_PATH, SPEECH_SCOPE, UPLOAD_PATH, envelope, error_response, guarded
-from codes.serve.lifecycle import SpeechRequest, save_voice
-from codes.serve.params import MODEL_IDS, SpeechParams, parse_speech
+from codes.serve.guard import SCRIPT_PATH, SPEECH_PATH, SPEECH_SCOPE, UPLOAD_PATH, envelope, error_response, guarded
+from codes.serve.lifecycle import RequestLife, ScriptRequest, SpeechRequest, save_voice
+from codes.serve.params import MODEL_IDS, ScriptParams, SpeechParams, parse_script_request, parse_speech
 from codes.serve.playground import add_playground
+from codes.serve.segments import script_summary
 from codes.serve.state import ServerState
 from codes.serve.stream_door import add_stream_door
 from codes.serve.voices.book import NotDeletable
@@ -174,6 +175,25 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
         return StreamingResponse(_then(first, audio), media_type=CONTENT_TYPES[params.response_format],
                                  headers=STREAM_HEADERS)
 
+    @app.post(SCRIPT_PATH)
+    async def script(request: Request):
+        state.ready()
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise RequestError(400, "the request body is not valid JSON") from None
+        params = parse_script_request(body, limits, state.config.settings, normalize=state.config.normalize_text)
+        scripting = ScriptRequest(state, params, "http")
+        events = _script_events(scripting, params)
+        request.scope[SPEECH_SCOPE].append((scripting, events))  # closed by the guard, however the response ends
+        # the first event comes once the script is read, its voices resolved and planned: refusals are statuses
+        first = await _while_connected(request, scripting, events.__anext__(), limits.request_timeout)
+        if params.stream_format == "sse":
+            return StreamingResponse(_sse_lines(_with_first(first, events)), media_type="text/event-stream",
+                                     headers=STREAM_HEADERS)
+        last = await _while_connected(request, scripting, _last(events), None)
+        return JSONResponse(last)
+
     add_stream_door(app, state)
     add_playground(app)
     return guarded(app, state, next((door for door in doors if isinstance(door, MountedDoor)), None))
@@ -201,7 +221,13 @@ async def _encoded(speaking: SpeechRequest, params: SpeechParams):
 async def _until_first_audio(request: Request, speaking: SpeechRequest, audio, timeout: float) -> tuple:
     """Voice, sentences, submission and the first sentence's audio; 504 past the timeout, and a client
     that leaves before then has its work cancelled (ended through the lifecycle)."""
-    first = asyncio.ensure_future(audio.__anext__())
+    return await _while_connected(request, speaking, audio.__anext__(), timeout)
+
+
+async def _while_connected(request: Request, life: RequestLife, waiting, timeout: float | None):
+    """What `waiting` gives; 504 past the timeout, and a client that leaves before then has its work
+    cancelled (ended through the lifecycle)."""
+    first = asyncio.ensure_future(waiting)
 
     async def watch():
         while not await request.is_disconnected():
@@ -215,7 +241,7 @@ async def _until_first_audio(request: Request, speaking: SpeechRequest, audio, t
     if first in done:
         return first.result()  # or the request's own error (400, 404, 429, 500, ...)
     left = watcher in done
-    speaking.end("disconnected" if left else "timeout")
+    life.end("disconnected" if left else "timeout")
     first.cancel()
     with contextlib.suppress(BaseException):
         await first
@@ -223,6 +249,64 @@ async def _until_first_audio(request: Request, speaking: SpeechRequest, audio, t
         raise RequestError(499, "client closed the request", code="client_closed")
     raise RequestError(504, f"no audio within the request timeout ({timeout:g} s); retry with shorter input or fewer "
                             "steps", code="timeout", kind="server_error")
+
+
+async def _last(events):
+    """The last of a generator's items (a script's done event, in one JSON answer)."""
+    last = None
+    async for last in events:
+        pass
+    return last
+
+
+async def _sse_lines(events):
+    async for event in events:
+        yield f"data: {json.dumps(event)}\n\n"
+
+
+async def _script_events(scripting: ScriptRequest, params: ScriptParams):
+    """A script request's life as events: `script.started` once it is planned, then with stream_format sse
+    `script.progress` (pieces done of all) and `script.audio.delta` (the track's next bytes, in timeline
+    order) as each piece is placed, and `script.done` (the captions, each segment's place, the whole audio
+    where no stream carried it). A failure after the start is an `error` event; before it, the refusal."""
+    async with scripting:
+        plan = scripting.job.plan
+        yield {"type": "script.started", "segments": len(plan.pieces), "speakers": list(plan.speakers),
+               "warnings": list(plan.warnings)}
+        streaming = params.stream_format == "sse"
+        loop = asyncio.get_running_loop()
+        pool = scripting.model.encode_pool
+        encoder = StreamEncoder(params.response_format, SAMPLE_RATE) if streaming else None
+        try:
+            async for step in scripting.progress():
+                if not streaming:
+                    continue
+                yield {"type": "script.progress", "done": step.done, "total": step.total,
+                       "audio_seconds": (step.start + len(step.audio)) / SAMPLE_RATE}
+                data = await loop.run_in_executor(pool, encoder.push, step.audio) if len(step.audio) else b""
+                if data:
+                    yield {"type": "script.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
+            rendered = scripting.job.rendered
+            if streaming:
+                tail = await loop.run_in_executor(pool, encoder.close)
+                if tail:
+                    yield {"type": "script.audio.delta", "audio": base64.b64encode(tail).decode("ascii")}
+                audio = None
+            else:
+                audio = await loop.run_in_executor(pool, encode_whole, rendered.audio, params.response_format,
+                                                   SAMPLE_RATE)
+        except Exception as exc:  # the lifecycle has logged it; a stream says so in an event
+            if not streaming:
+                raise
+            yield {"type": "error", **as_request_error(exc).body()}
+            return
+        finally:
+            if encoder is not None:
+                encoder.abort()
+    done = {"type": "script.done", **script_summary(rendered, params.response_format, params.captions)}
+    if audio is not None:
+        done["audio"] = base64.b64encode(audio).decode("ascii")
+    yield done
 
 
 async def _then(first: tuple, rest):

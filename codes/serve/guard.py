@@ -31,6 +31,7 @@ from codes.serve.state import ServerState
 
 SPEECH_PATH = "/v1/audio/speech"
 UPLOAD_PATH = "/v1/audio/voices"
+SCRIPT_PATH = "/v1/audio/script"
 REPLICA_HEADER = "x-omnivoice-replica"
 KEY_SUBPROTOCOL = "omnivoice.key."  # + the key in unpadded base64url: a browser cannot set Authorization
 SPEECH_SCOPE = "omnivoice_speech"  # the scope's list of (speech request, its response body) the guard closes
@@ -118,8 +119,9 @@ def guarded(app, state: ServerState, mounted=None):
 
     async def _limited(scope, receive, send, target):
         limits = state.config.limits
-        limit, named = ((limits.max_upload_bytes, flag("max_upload_bytes")) if scope["path"] == UPLOAD_PATH
-                        else (limits.max_body_bytes, flag("max_body_bytes")))
+        limit, named = {UPLOAD_PATH: (limits.max_upload_bytes, flag("max_upload_bytes")),
+                        SCRIPT_PATH: (limits.max_script_bytes, flag("max_script_bytes"))}.get(
+            scope["path"], (limits.max_body_bytes, flag("max_body_bytes")))
         if scope["path"] == SPEECH_PATH:  # it may carry a one-off clone's clip (ref_audio), in base64
             limit, named = (limit + base64_length(limits.max_upload_bytes),
                             f"{flag('max_body_bytes')} or {flag('max_upload_bytes')}")

@@ -31,12 +31,16 @@ from codes.common.errors import UserError
 from codes.runtime.chunks import TextStream, stream_chunks
 from codes.runtime.engine import QueueFull
 from codes.runtime.normalize import normalize_text
+from codes.runtime.script import ScriptBounds, SpeakerVoice, check_bounds, parse_script, plan_script
+from codes.runtime.script.speakers import parse_voice, resolve_voice
+from codes.runtime.script.text_input import check_name
 from codes.runtime.synthesis import Voice
 from codes.runtime.voice_design import resolve_language
-from codes.serve.errors import RequestError, as_request_error
+from codes.serve.errors import RequestError, StreamFailed, as_request_error
 from codes.serve.limits import flag
-from codes.serve.params import SpeechParams
+from codes.serve.params import ScriptParams, SpeechParams
 from codes.serve.state import ServerState
+from codes.serve.segments import ScriptStream
 from codes.serve.sentences import SentenceStream, past_deadline, settle_sentences
 from codes.serve.voices.book import DESIGN_VOICES
 from codes.serve.voices.resolver import UnknownVoice
@@ -278,6 +282,102 @@ class SpeechRequest(RequestLife):
             if params.voice in DESIGN_VOICES:
                 raise RequestError(400, str(exc), "instructions") from None
             raise RequestError(400, str(exc), "voice", "voice_unreadable") from None
+
+
+class ScriptRequest(RequestLife):
+    """One script from admission to its log line: read and held to the script bounds, its speakers' voices
+    resolved (a server voice name through Voices, as any request's; instruct:<attributes> and auto made from
+    the speaker's first segment), planned, then its segments on the engine (codes/serve/segments.py).
+
+        async with ScriptRequest(state, params, door) as scripting:
+            async for step in scripting.progress():  # ScriptProgress: pieces done, the track's next samples
+                ...
+            scripting.job.rendered  # the whole track, stems and captions
+    """
+
+    def __init__(self, state: ServerState, params: ScriptParams, door: str, received_at: float | None = None):
+        super().__init__(state, door, received_at)
+        self.params = params
+        self.job: ScriptStream | None = None
+
+    def _seconds_allowed(self) -> float:
+        return self.state.config.limits.script_seconds
+
+    def _admit(self) -> None:
+        self.state.admit_script()
+        self.holds_slot = True
+
+    def _release(self) -> None:
+        if self.holds_slot:
+            self.holds_slot = False
+            self.state.release_script()
+
+    async def _open(self) -> None:
+        self._admit()
+        params, config = self.params, self.state.config
+        defaults = config.settings.to_dict()
+        options = {name: value for name, value in params.settings.to_dict().items() if value != defaults[name]}
+        self.job = ScriptStream(model=self.model, max_batch=self.model.engine.max_batch, options=options,
+                                **self._job_fields())
+        loop = asyncio.get_running_loop()
+        script = await loop.run_in_executor(None, self._read)
+        voices = await self._speakers()
+        try:  # every segment settled (normalized, where asked) before any work: off the loop
+            plan = await loop.run_in_executor(None, lambda: plan_script(
+                script, voices, self.model.tts, params.settings, params.seed, params.gap, params.postprocess,
+                params.language, params.speed, params.normalize_text))
+        except UserError as exc:
+            raise RequestError(400, str(exc), "script", "bad_script") from None
+        for warning in plan.warnings:
+            logger.warning("script request=%d: %s", self.job.request_id, warning)
+        self.job.start(plan)
+
+    def _read(self):
+        """The script, parsed and held to the server's bounds (400 naming the line or cue, or the bound)."""
+        limits, params = self.state.config.limits, self.params
+        try:
+            script = parse_script(params.script, params.script_format, list(params.speakers), params.overlap,
+                                  f"script ({params.script_format})")
+            check_bounds(script, ScriptBounds(limits.max_script_segments, limits.max_script_chars,
+                                              limits.max_script_seconds))
+        except UserError as exc:
+            raise RequestError(400, str(exc), "script", "bad_script") from None
+        return script
+
+    async def _speakers(self) -> dict[str, SpeakerVoice]:
+        """Each declared speaker's voice, in order (the first speaks unmarked segments)."""
+        voices = {}
+        for name, declared in self.params.speakers.items():
+            try:
+                spec = parse_voice(declared, paths=False)
+                if spec.kind == "name":
+                    voice, _ = await asyncio.wait_for(
+                        self.state.voices.resolve(self.model, spec.value, None, ""), self.job.left())
+                    voices[check_name(name)] = SpeakerVoice(voice)
+                else:
+                    voices[check_name(name)] = resolve_voice(name, spec)
+            except asyncio.TimeoutError:
+                raise StreamFailed(f"the script ran past {flag('script_seconds')} before its voices were "
+                                   "ready") from None
+            except UnknownVoice as exc:
+                raise RequestError(404, f"speaker {name}: {exc}", "speakers", "voice_not_found") from None
+            except UserError as exc:
+                raise RequestError(400, str(exc) if str(exc).startswith("speaker") else f"speaker {name}: {exc}",
+                                   "speakers") from None
+        return voices
+
+    async def progress(self):
+        """Each ScriptProgress as a piece is placed (codes/serve/segments.py); the request is complete after the
+        last, with the whole track in `job.rendered`."""
+        async for step in self.job.progress():
+            yield step
+        self.completed = True
+
+    async def whole(self):
+        """The finished track (RenderedScript), for a door that answers once."""
+        async for _ in self.progress():
+            pass
+        return self.job.rendered
 
 
 async def save_voice(state: ServerState, read, file_name: str | None, name: str | None,

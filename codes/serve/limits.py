@@ -43,6 +43,12 @@ class Limits:
     ws_max_messages: int = 20000  # messages one stream connection may send
     ws_idle_seconds: float = 30.0  # a stream client that sends nothing while none of its audio is made is closed
     ws_write_seconds: float = 30.0  # a stream client that reads no audio for this long is closed
+    max_script_bytes: int = 4 << 20  # a script request's JSON body (413): a 60-minute SRT is about 100 KB
+    max_script_segments: int = 2000  # segments (cues, turns) of one script (400): a 60-minute film has about 800
+    max_script_chars: int = 200_000  # characters of speech in one script (400)
+    max_script_seconds: float = 3600.0  # how long one script's track may last (400)
+    max_scripts: int = 2  # scripts in flight at once (429): each holds its track in memory until it ends
+    script_seconds: float = 14400.0  # a whole script request, from its arrival (the request then ends with an error)
 
 
 HELP = {
@@ -81,6 +87,13 @@ HELP = {
     "ws_idle_seconds": "seconds a stream client may send nothing while none of its audio is being made; it is "
                        "then closed",
     "ws_write_seconds": "seconds a stream client may leave its audio unread before it is closed",
+    "max_script_bytes": "largest script request body, in bytes (413 beyond)",
+    "max_script_segments": "most segments (turns, cues) in one script (400 beyond)",
+    "max_script_chars": "most characters of speech in one script (400 beyond)",
+    "max_script_seconds": "longest track one script may make, in seconds (400 beyond; a text script's length is "
+                          "estimated from its text)",
+    "max_scripts": "scripts spoken at once (429 beyond); each also counts against --max-concurrent",
+    "script_seconds": "seconds a whole script request may take (it then ends with an error)",
 }
 FLAGS = {"max_ref_seconds_upload": "--max-upload-seconds"}  # where the flag is not the field's name
 

@@ -64,6 +64,8 @@ class LoadedModel:
     async def codes(self, item: WorkItem) -> np.ndarray:
         return await asyncio.wrap_future(item.future)
 
-    async def decode(self, codes: np.ndarray, ref_rms, settings: GenerationSettings) -> np.ndarray:
+    async def decode(self, codes: np.ndarray | list[np.ndarray], ref_rms, settings: GenerationSettings) -> np.ndarray:
+        """Codes [8, T] (or a long text's chunks, cross-faded as upstream joins them) to post-processed audio."""
+        chunks = codes if isinstance(codes, list) else [codes]
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.decode_pool, self.tts.decode, [codes], ref_rms, settings)
+        return await loop.run_in_executor(self.decode_pool, self.tts.decode, chunks, ref_rms, settings)

@@ -1,7 +1,8 @@
 """The MCP door: tools for AI agents (the official `mcp` SDK) onto the same service.
 
 Tools: `speak` (audio as MCP audio content, base64 with its MIME type; with --mcp-output-dir also a
-file there, named by the server, never over an existing one), `list_voices`, `save_voice` (a clip
+file there, named by the server, never over an existing one), `speak_script` (a dialogue or subtitles in
+several voices into one track, with its captions), `list_voices`, `save_voice` (a clip
 that lies under --voices_dir or --mcp-output-dir). Bad arguments are tool errors (isError), with
 the same one-line messages as the HTTP API. Transports: streamable HTTP at /mcp on the HTTP server
 (behind --api-key), or stdio (serve.py --mcp-stdio).
@@ -29,9 +30,10 @@ from codes.common.version import VERSION
 from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.encode import CONTENT_TYPES, encode_whole
 from codes.serve.errors import REFUSALS, as_request_error
-from codes.serve.lifecycle import SpeechRequest
+from codes.serve.lifecycle import ScriptRequest, SpeechRequest
 from codes.serve.lifecycle import save_voice as store_voice  # the tool's own name is save_voice
-from codes.serve.params import parse_speech
+from codes.serve.params import parse_script_request, parse_speech
+from codes.serve.segments import script_summary
 from codes.serve.state import ServerState
 
 logger = logging.getLogger("omnivoice.serve")
@@ -100,6 +102,52 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
             return content
 
     @server.tool()
+    async def speak_script(script: str, speakers: dict[str, str] | None = None, format: str = "text",  # noqa: A002
+                           gap: float | None = None, overlap: str | None = None, language: str | None = None,
+                           speed: float | None = None, num_steps: int | None = None, seed: int | None = None,
+                           response_format: str = "wav", captions: str = "srt",
+                           normalize_text: bool | None = None,
+                           postprocess_output: bool | None = None) -> list[AudioContent | TextContent]:
+        """Speak a whole script in several voices into one track, with its captions. script: a dialogue
+        ("Alice: Hello. <break time=\"500ms\"/> Bob: Hi."; a line starting with a declared speaker's name and a
+        colon switches speaker), or subtitles to dub cue by cue in their time slots (format srt or vtt), or
+        JSONL segments; format: text, srt, vtt or jsonl. speakers: name -> voice, in order (the first speaks
+        what no speaker is marked on): a voice from list_voices, "instruct:female, low pitch" for a designed
+        voice, or "auto". gap: seconds of silence where the speaker changes (dialogues); overlap: what
+        overlapping cues do (error, trim, mix); captions: srt, vtt or none. The other arguments are speak's,
+        for every segment. Returns the audio, a summary with each segment's start and end in seconds, and the
+        captions."""
+        with _tool_errors():
+            fields = {"script": script, "speakers": speakers, "format": format, "gap": gap, "overlap": overlap,
+                      "language": language, "speed": speed, "num_steps": num_steps, "seed": seed,
+                      "response_format": response_format, "captions": captions, "normalize_text": normalize_text,
+                      "postprocess_output": postprocess_output}
+            params = parse_script_request({k: v for k, v in fields.items() if v is not None}, state.config.limits,
+                                          state.config.settings, normalize=state.config.normalize_text)
+            loop = asyncio.get_running_loop()
+            async with ScriptRequest(state, params, "mcp") as scripting:
+                rendered = await scripting.whole()
+                data = await loop.run_in_executor(scripting.model.encode_pool, encode_whole, rendered.audio,
+                                                  params.response_format, SAMPLE_RATE)
+            summary = script_summary(rendered, params.response_format, params.captions)
+            caption_text = summary.pop("captions", None)
+            if output_dir is not None:
+                request_id = scripting.job.request_id
+                written = [await loop.run_in_executor(None, _write_new, output_dir, request_id,
+                                                      params.response_format, data, "script")]
+                if caption_text is not None:
+                    written.append(await loop.run_in_executor(None, _write_new, output_dir, request_id, params.captions,
+                                                              caption_text.encode("utf-8"), "script"))
+                summary["written"] = [str(path) for path in written]
+            content: list[AudioContent | TextContent] = [
+                AudioContent(data=base64.b64encode(data).decode("ascii"),
+                             mime_type=CONTENT_TYPES[params.response_format]),
+                TextContent(text=json.dumps(summary))]
+            if caption_text is not None:
+                content.append(TextContent(text=caption_text))
+            return content
+
+    @server.tool()
     async def list_voices() -> list[dict]:
         """The voices speak accepts: built-in design voices (with their voice design) and saved voices."""
         return await asyncio.get_running_loop().run_in_executor(None, state.voices.book.listing)
@@ -127,12 +175,12 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
     return server
 
 
-def _write_new(folder: Path, request_id: int, response_format: str, data: bytes) -> Path:
+def _write_new(folder: Path, request_id: int, suffix: str, data: bytes, kind: str = "speech") -> Path:
     """The file under `folder`, whole or not at all, under a name no earlier file has."""
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for attempt in range(1000):
-        path = folder / f"speech-{stamp}-{request_id}{f'-{attempt}' if attempt else ''}.{response_format}"
+        path = folder / f"{kind}-{stamp}-{request_id}{f'-{attempt}' if attempt else ''}.{suffix}"
         try:
             with atomic_path(path, exclusive=True) as tmp:  # never replaces a file, even one made meanwhile
                 tmp.write_bytes(data)

@@ -12,6 +12,9 @@ import math
 from dataclasses import dataclass
 
 from codes.common.errors import UserError
+from codes.runtime.script.parse import FORMATS as SCRIPT_FORMATS
+from codes.runtime.script.render import CAPTION_SUFFIXES
+from codes.runtime.script.subtitles import OVERLAPS
 from codes.runtime.settings import SWITCHES, TUNABLE, GenerationSettings
 from codes.runtime.synthesis import needs_transcript
 from codes.serve.encode import check_format
@@ -22,6 +25,7 @@ MODEL_IDS = ("omnivoice", "tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # OpenAI's na
 SPEED_RANGE = (0.25, 4.0)
 MAX_DURATION = 3600.0  # seconds: a bound for `duration`, far past any speech request
 MAX_SETTING = 1e6  # |value| of a float setting: finite is not enough, 1e308 overflows the maths
+MAX_SPEAKERS = 64  # speakers one script may declare: each is a voice resolved before any work
 SPEECH_FIELDS = {"model", "input", "voice", "instructions", "response_format", "speed", "stream_format",
                  "language", "duration", "seed", "stream", "user", "normalize_text", "ref_audio", "ref_text",
                  *TUNABLE, *SWITCHES}
@@ -116,18 +120,44 @@ class SpeechParams:
     ref_text: str | None = None  # that clip's transcript (None: the recogniser's)
 
 
+def _generation(body: dict, defaults: GenerationSettings) -> tuple[GenerationSettings, float | None, int | None]:
+    """The generation fields every kind of request takes: (settings over the server's, speed, seed)."""
+    speed = _number(body, "speed")
+    if speed is not None and not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
+        raise RequestError(400, f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}, got {speed}", "speed")
+    changes = {name: _number(body, name, whole=kind is int) for name, kind in TUNABLE.items()}
+    changes.update({name: _switch(body, name) for name in SWITCHES})
+    if changes["num_steps"] is not None and not 1 <= changes["num_steps"] <= MAX_STEPS:
+        raise RequestError(400, f"num_steps must be between 1 and {MAX_STEPS}, got {changes['num_steps']}", "num_steps")
+    for name, value in changes.items():
+        if value is not None and not isinstance(value, bool) and abs(value) > MAX_SETTING:
+            raise RequestError(400, f"{name} must be within ±{MAX_SETTING:g}, got {value:g}", name)
+    try:
+        settings = defaults.replace(**{k: v for k, v in changes.items() if v is not None})
+    except UserError as exc:
+        raise RequestError(400, str(exc), next((n for n in TUNABLE if str(exc).startswith(n)), None)) from None
+    seed = _number(body, "seed", whole=True)
+    if seed is not None and not 0 <= seed < 2**63:
+        raise RequestError(400, f"seed must be between 0 and 2**63 - 1, got {seed}", "seed")
+    return settings, None if speed is None or speed == 1.0 else float(speed), seed
+
+
+def _unknown_fields(body, known: set[str]) -> None:
+    if not isinstance(body, dict):
+        raise RequestError(400, "the request body must be a JSON object")
+    unknown = sorted(set(body) - known)
+    if unknown:
+        names = ", ".join(excerpt(str(name)) for name in unknown[:5])
+        raise RequestError(400, f"unknown field(s): {names}; known: {', '.join(sorted(known))}",
+                           str(unknown[0])[:64])
+
+
 def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_text: bool = False,
                  normalize: bool = False) -> SpeechParams:
     """A speech request's fields (OpenAI's names, and ours) checked against the limits, over the
     server's generation settings (`defaults`) and normalization (`normalize`, --normalize-text); every
     door builds its requests through this. With `streamed_text` the text comes later (SpeechRequest.push)."""
-    if not isinstance(body, dict):
-        raise RequestError(400, "the request body must be a JSON object")
-    unknown = sorted(set(body) - SPEECH_FIELDS)
-    if unknown:
-        names = ", ".join(excerpt(str(name)) for name in unknown[:5])
-        raise RequestError(400, f"unknown field(s): {names}; known: {', '.join(sorted(SPEECH_FIELDS))}",
-                           str(unknown[0])[:64])
+    _unknown_fields(body, SPEECH_FIELDS)
     _text(body, "model", limit=64)
     text = "" if streamed_text else _text(body, "input", required=True, limit=limits.max_input_chars)
     if not streamed_text and not text.strip():
@@ -154,28 +184,92 @@ def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_te
     stream_format = _text(body, "stream_format", limit=16) or "audio"
     if stream_format not in ("audio", "sse"):
         raise RequestError(400, f"stream_format must be 'audio' or 'sse', got {stream_format!r}", "stream_format")
-    speed = _number(body, "speed")
-    if speed is not None and not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
-        raise RequestError(400, f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}, got {speed}", "speed")
-    changes = {name: _number(body, name, whole=kind is int) for name, kind in TUNABLE.items()}
-    changes.update({name: _switch(body, name) for name in SWITCHES})
+    settings, speed, seed = _generation(body, defaults)
     normalize_text = _switch(body, "normalize_text")
-    if changes["num_steps"] is not None and not 1 <= changes["num_steps"] <= MAX_STEPS:
-        raise RequestError(400, f"num_steps must be between 1 and {MAX_STEPS}, got {changes['num_steps']}", "num_steps")
-    for name, value in changes.items():
-        if value is not None and not isinstance(value, bool) and abs(value) > MAX_SETTING:
-            raise RequestError(400, f"{name} must be within ±{MAX_SETTING:g}, got {value:g}", name)
-    try:
-        settings = defaults.replace(**{k: v for k, v in changes.items() if v is not None})
-    except UserError as exc:
-        raise RequestError(400, str(exc), next((n for n in TUNABLE if str(exc).startswith(n)), None)) from None
     duration = _number(body, "duration")
     if duration is not None and not 0 < duration <= MAX_DURATION:
         raise RequestError(400, f"duration must be > 0 and at most {MAX_DURATION:g} seconds, got {duration:g}",
                            "duration")
-    seed = _number(body, "seed", whole=True)
-    if seed is not None and not 0 <= seed < 2**63:
-        raise RequestError(400, f"seed must be between 0 and 2**63 - 1, got {seed}", "seed")
-    return SpeechParams(text, voice, instructions, response_format, stream_format,
-                        None if speed is None or speed == 1.0 else float(speed), language, duration, seed, settings,
-                        normalize if normalize_text is None else normalize_text, ref_audio, ref_text)
+    return SpeechParams(text, voice, instructions, response_format, stream_format, speed, language, duration, seed,
+                        settings, normalize if normalize_text is None else normalize_text, ref_audio, ref_text)
+
+
+CAPTION_FORMATS = tuple(dict.fromkeys(CAPTION_SUFFIXES.values()))
+SCRIPT_STREAM_FORMATS = ("json", "sse")
+SCRIPT_FIELDS = {"model", "script", "format", "speakers", "voice", "gap", "overlap", "response_format",
+                 "stream_format", "captions", "language", "speed", "seed", "normalize_text", *TUNABLE, *SWITCHES}
+
+
+@dataclass
+class ScriptParams:
+    script: str
+    script_format: str
+    speakers: dict[str, str]  # name -> VOICE (a server voice name, instruct:<attributes> or auto), in order
+    gap: float
+    overlap: str
+    response_format: str
+    stream_format: str  # json: one answer with the audio and captions; sse: progress and audio as they come
+    captions: str | None
+    language: str | None
+    speed: float | None
+    seed: int | None
+    settings: GenerationSettings
+    postprocess: bool | None  # what the request said of postprocess_output; None: the script's kind decides
+    normalize_text: bool = False
+
+
+def _choice(body: dict, name: str, choices: tuple[str, ...], default: str | None) -> str | None:
+    value = _text(body, name, limit=16)
+    if value is None:
+        return default
+    if value not in choices:
+        raise RequestError(400, f"{name} must be one of {', '.join(choices)}, got {excerpt(value)}", name)
+    return value
+
+
+def _captions(body: dict) -> str | None:
+    """srt (the default), vtt, or none."""
+    kind = _choice(body, "captions", (*CAPTION_FORMATS, "none"), "srt")
+    return None if kind == "none" else kind
+
+
+def parse_script_request(body, limits: Limits, defaults: GenerationSettings, normalize: bool = False) -> ScriptParams:
+    """A script request's fields (docs/serving.md, Scripts), checked before any work: the script's own text
+    and its bounds are codes/runtime/script's to read (codes/serve/lifecycle.py ScriptRequest)."""
+    _unknown_fields(body, SCRIPT_FIELDS)
+    _text(body, "model", limit=64)
+    script = _text(body, "script", required=True)
+    if not script.strip():
+        raise RequestError(400, "script is empty; send the script's text (a dialogue, SRT, WebVTT or JSONL)",
+                           "script")
+    speakers = body.get("speakers")
+    voice = _text(body, "voice", limit=64)
+    if speakers is None:  # one voice speaks everything
+        speakers = {"default": voice or "alloy"}
+    elif voice is not None:
+        raise RequestError(400, "voice is the one voice of a script without speakers; with speakers, the first "
+                                "declared speaks what no speaker is marked on", "voice")
+    if not isinstance(speakers, dict) or not speakers:
+        raise RequestError(400, "speakers must be an object of name -> voice, e.g. {\"Alice\": \"nova\", "
+                                "\"Bob\": \"instruct:male, low pitch\"}", "speakers")
+    if len(speakers) > MAX_SPEAKERS:
+        raise RequestError(400, f"a script may declare at most {MAX_SPEAKERS} speakers, got {len(speakers)}",
+                           "speakers")
+    for name, spoken_by in speakers.items():
+        if not isinstance(spoken_by, str) or not 0 < len(spoken_by) <= limits.max_instructions_chars:
+            raise RequestError(400, f"speaker {excerpt(str(name))}'s voice must be a voice name, instruct:<attributes> "
+                                    f"or auto, of at most {limits.max_instructions_chars} characters", "speakers")
+    gap = _number(body, "gap")
+    settings, speed, seed = _generation(body, defaults)
+    normalize_text = _switch(body, "normalize_text")
+    response_format = _text(body, "response_format", limit=16) or "wav"
+    try:
+        check_format(response_format)
+    except UserError as exc:
+        raise RequestError(400, str(exc), "response_format") from None
+    return ScriptParams(script, _choice(body, "format", SCRIPT_FORMATS, "text"), dict(speakers),
+                        0.0 if gap is None else float(gap), _choice(body, "overlap", OVERLAPS, "error"),
+                        response_format, _choice(body, "stream_format", SCRIPT_STREAM_FORMATS, "json"),
+                        _captions(body),
+                        _text(body, "language", limit=limits.max_language_chars), speed, seed, settings,
+                        _switch(body, "postprocess_output"), normalize if normalize_text is None else normalize_text)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from codes.runtime.settings import GenerationSettings
 from codes.serve.errors import RequestError, too_busy
-from codes.serve.limits import Limits
+from codes.serve.limits import Limits, flag
 from codes.serve.origins import BrowserRules
 from codes.serve.loaded_model import LoadedModel
 from codes.serve.voices.resolver import Voices
@@ -34,6 +34,7 @@ class ServerState:
     model: LoadedModel | None = None  # None until the model is loaded, warmed and its preloads pinned
     request_ids: itertools.count = field(default_factory=lambda: itertools.count(1))
     in_flight: int = 0  # requests between admission and their last byte
+    scripts: int = 0  # of those, scripts (each holds its track in memory: --max-scripts)
     draining: bool = False  # SIGTERM came: no new work, running requests finish
 
     def unavailable(self) -> RequestError | None:
@@ -60,6 +61,22 @@ class ServerState:
 
     def release(self) -> None:
         self.in_flight -= 1
+
+    def admit_script(self) -> LoadedModel:
+        """A script in flight until release_script(): a request as any other, and one of --max-scripts."""
+        limits = self.config.limits
+        if self.scripts >= limits.max_scripts:
+            self.ready()
+            raise RequestError(429, f"the server is speaking {limits.max_scripts} scripts, the most "
+                                    f"{flag('max_scripts')} allows; retry when one has ended",
+                               code="rate_limit_exceeded", kind="rate_limit_error")
+        model = self.admit()
+        self.scripts += 1
+        return model
+
+    def release_script(self) -> None:
+        self.scripts -= 1
+        self.release()
 
     def ready(self) -> LoadedModel:
         error = self.unavailable()

@@ -279,7 +279,7 @@ async def tool_calls(client: Client, folder) -> dict:
 
 
 def check_tool_calls(calls: dict) -> np.ndarray:
-    assert calls["tools"] == {"speak", "list_voices", "save_voice"}
+    assert calls["tools"] == {"speak", "speak_script", "list_voices", "save_voice"}
     spoken = calls["spoken"]
     assert not spoken.is_error
     audio = spoken.content[0]
