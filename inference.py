@@ -55,7 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "spoken over each other")
     script.add_argument("--captions", type=Path, help="also write captions (.srt or .vtt) at the speech's sample offsets")
     script.add_argument("--stems", type=Path, help="also write one track per speaker into this folder (made if missing)")
-    script.add_argument("--max_batch", type=int, default=8, help="segments sharing each decoding step (default 8)")
+    script.add_argument("--max_batch", type=int, help="segments sharing each decoding step (default: 1 on the CPU, "
+                                                      "where a shared step costs its padding, 8 on CUDA)")
     p.add_argument("--output", type=Path, default=Path("output.wav"), help="WAV file (or folder for batches)")
     p.add_argument("--float_wav", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
     p.add_argument("--codes_out", type=Path, help="also save the generated codes [8,T] int64 (.npy; batches: a folder)")
@@ -98,7 +99,7 @@ def main(argv=None) -> int:
     settings = settings_from_flags(args)
     if args.script is not None:
         return _speak_script(args, settings)
-    given = [flag for flag in ("script_format", "speaker", "gap", "overlap", "captions", "stems")
+    given = [flag for flag in ("script_format", "speaker", "gap", "overlap", "captions", "stems", "max_batch")
              if getattr(args, flag) is not None]
     if given:
         raise UserError(f"--{given[0]} goes with --script")
@@ -180,7 +181,7 @@ def _speak_script(args, settings) -> int:
         if getattr(args, flag) is not None:
             raise UserError(f"--{flag} does not go with --script: voices are --speaker NAME=VOICE, and lengths are "
                             "the script's (a segment's duration, a cue's times)")
-    if args.max_batch < 1:
+    if args.max_batch is not None and args.max_batch < 1:
         raise UserError(f"--max_batch must be >= 1, got {args.max_batch}")
     speakers = parse_speakers(args.speaker or ())
     script = read_script(args.script, args.script_format, speakers, args.overlap or "error")

@@ -68,7 +68,8 @@ def read_int16(path) -> np.ndarray:
 
 def test_a_dialogue_places_each_turn_after_the_last_with_its_breaks_and_gaps(tts, alice):
     speakers = {"Alice": str(alice), "Bob": f"instruct:{BOB}"}
-    rendered = speak_script(tts, DATA / "dialogue.txt", speakers, gap=0.25, seed=11, settings=DETERMINISTIC)
+    rendered = speak_script(tts, DATA / "dialogue.txt", speakers, gap=0.25, seed=11, settings=DETERMINISTIC,
+                            max_batch=8)
     voice = Voice.load(alice)
     texts = [c.text for c in rendered.captions]
     assert texts == ["Welcome to the show.", "Today: two voices.", "Thanks, Alice. [laughter] Note: this line is "
@@ -103,7 +104,7 @@ def test_the_cli_writes_the_mix_captions_and_stems_and_a_turn_equals_inference_t
     out = tmp_path / "out"
     result = run_script("inference.py", "--model_dir", model_dir, *CLI, "--script", DATA / "dialogue.txt",
                         "--speaker", f"Alice={alice}", "--speaker", f"Bob=instruct:{BOB}", "--gap", "0.25",
-                        "--seed", "11", "--output", tmp_path / "mix.wav", "--captions", tmp_path / "mix.srt",
+                        "--seed", "11", "--max_batch", "8", "--output", tmp_path / "mix.wav", "--captions", tmp_path / "mix.srt",
                         "--stems", out)
     assert result.returncode == 0, result.stderr
     assert "RTF" in result.stdout and "'Note'" in result.stderr  # the stray "Note:" is named, and spoken
@@ -190,8 +191,9 @@ def test_jsonl_segments_with_noise_equal_their_seeded_runs_batched_or_one_by_one
     noisy = GenerationSettings(num_steps=STEPS)  # position noise on: each segment's own seed matters
     speakers = {"Alice": str(alice), "Bob": "auto"}
     blocks = []
-    batched = speak_script(tts, DATA / "segments.jsonl", speakers, seed=21, settings=noisy, on_audio=blocks.append)
-    one_by_one = speak_script(tts, DATA / "segments.jsonl", speakers, seed=21, settings=noisy, max_batch=1)
+    batched = speak_script(tts, DATA / "segments.jsonl", speakers, seed=21, settings=noisy, on_audio=blocks.append,
+                           max_batch=8)
+    one_by_one = speak_script(tts, DATA / "segments.jsonl", speakers, seed=21, settings=noisy)  # the CPU's default
     np.testing.assert_array_equal(np.concatenate(blocks), batched.audio)  # handed out in order, as it was final
     np.testing.assert_array_equal(one_by_one.audio, batched.audio)
     assert batched.steps < one_by_one.steps == 3 * STEPS

@@ -25,14 +25,22 @@ from codes.common.fileio import atomic_path
 
 logger = logging.getLogger(__name__)
 CAPTION_SUFFIXES = {".srt": "srt", ".vtt": "vtt"}
+# Segments sharing a step, by provider, unless asked. On a small CPU a step costs its positions, and a shared
+# step pads each item to the longest: batched, the full-size cpu_int8 build spoke the benchmark's dialogue in
+# 1.5x the time one by one took, and its SRT in 1.1x, at 2.5x the memory (bench/script_results.md). On a GPU a
+# step's cost is mostly fixed (the engine's premise, docs/DESIGN.md §scheduling), so sharing comes nearly free.
+DEFAULT_MAX_BATCH = {"cpu": 1, "cuda": 8}
 
 
-def render_plan(tts, plan: ScriptPlan, max_batch: int = 8, on_progress: Callable[[int, int], None] | None = None,
+def render_plan(tts, plan: ScriptPlan, max_batch: int | None = None, on_progress: Callable[[int, int], None] | None = None,
                 on_audio: Callable[[np.ndarray], None] | None = None, order: str = "length") -> RenderedScript:
     """Every piece of the plan, up to max_batch work items sharing each decoding step; a chunk longer than a
     work item (Job.fits_a_work_item) is decoded whole beside the engine. on_progress(pieces done, total);
     on_audio(block): the mix in timeline order, as it becomes final. order: which jobs go first
-    (ScriptRun.take_jobs): "length" wastes least on padding, "timeline" gives on_audio its first block soonest."""
+    (ScriptRun.take_jobs): "length" wastes least on padding, "timeline" gives on_audio its first block soonest.
+    max_batch None: DEFAULT_MAX_BATCH for the model's provider."""
+    if max_batch is None:
+        max_batch = DEFAULT_MAX_BATCH.get(tts.provider, 1)
     run, timeline = ScriptRun(plan, tts), Timeline(plan)
     engine = StepEngine(tts, max_batch=max_batch, max_queue=len(plan.pieces))  # at most one job a piece is out
     whole = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-whole")
@@ -72,7 +80,7 @@ def speak_script(tts, script: Script | str | os.PathLike | None = None, speakers
                  text: str | None = None, script_format: str | None = None, gap: float = 0.0,
                  overlap: str = "error", seed: int | None = None, language: str | None = None,
                  speed: float | None = None, normalize_text: bool = False, postprocess: bool | None = None,
-                 max_batch: int = 8, settings=None, on_progress=None, on_audio=None, order: str = "length",
+                 max_batch: int | None = None, settings=None, on_progress=None, on_audio=None, order: str = "length",
                  **settings_overrides) -> RenderedScript:
     """A script spoken: `script` (a file's path, or a parsed Script) or `text` (a script's text, in
     script_format, default "text"), by `speakers` ({name: VOICE string, Voice or SpeakerVoice}, in order:
