@@ -32,6 +32,7 @@ from codes.runtime.chunks import TextStream, stream_chunks
 from codes.runtime.engine import QueueFull
 from codes.runtime.normalize import normalize_text
 from codes.runtime.script import ScriptBounds, SpeakerVoice, check_bounds, parse_script, plan_script
+from codes.runtime.script.render import DEFAULT_MAX_BATCH
 from codes.runtime.script.speakers import parse_voice, resolve_voice
 from codes.runtime.script.text_input import check_name
 from codes.runtime.synthesis import Voice
@@ -317,8 +318,10 @@ class ScriptRequest(RequestLife):
         params, config = self.params, self.state.config
         defaults = config.settings.to_dict()
         options = {name: value for name, value in params.settings.to_dict().items() if value != defaults[name]}
-        self.job = ScriptStream(model=self.model, max_batch=self.model.engine.max_batch, options=options,
-                                **self._job_fields())
+        # Sharing steps among a script's own segments cost time on the CPU (bench/script_results.md): its items
+        # in the engine at once are the runtime's default for the provider, within --max-batch.
+        at_once = min(self.model.engine.max_batch, DEFAULT_MAX_BATCH.get(self.model.tts.provider, 1))
+        self.job = ScriptStream(model=self.model, max_batch=at_once, options=options, **self._job_fields())
         loop = asyncio.get_running_loop()
         script = await loop.run_in_executor(None, self._read)
         voices = await self._speakers()

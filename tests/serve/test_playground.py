@@ -432,6 +432,75 @@ def test_deleting_a_voice_asks_first_then_removes_it_from_the_page_and_the_serve
     expect(page.get_by_role("alert")).to_have_text("")
 
 
+def open_script_tab(page):
+    expect(voice_select(page).get_by_role("option", name=re.compile("^alloy "))).to_have_count(1)
+    page.get_by_role("tab", name="Script", exact=True).click()
+    expect(page.get_by_role("tab", name="Script", exact=True)).to_have_attribute("aria-selected", "true")
+    expect(page.get_by_role("button", name="Speak", exact=True)).to_be_hidden()  # the Speak tab's panel is away
+
+
+def speak_script(page) -> dict:
+    """Press Speak script and wait for both Download links; returns the script request's JSON body."""
+    page.get_by_role("spinbutton", name="Steps", exact=True).fill(STEPS)
+    with page.expect_request(lambda request: request.url.endswith("/v1/audio/script")) as sent:
+        page.get_by_role("button", name="Speak script", exact=True).click()
+    expect(page.get_by_role("link", name="Download audio", exact=True)).to_be_visible()
+    expect(page.get_by_role("link", name="Download captions", exact=True)).to_be_visible()
+    return sent.value.post_data_json
+
+
+def downloaded(page, link: str) -> bytes:
+    with page.expect_download() as download:
+        page.get_by_role("link", name=link, exact=True).click()
+    return Path(download.value.path()).read_bytes()
+
+
+def test_the_script_tab_speaks_a_dialogue_in_two_voices_with_its_captions(visit, server):
+    from codes.runtime.script import parse_script
+
+    page = (opened := visit()).page
+    open_script_tab(page)
+    page.get_by_role("combobox", name="Speaker 2 voice", exact=True).select_option("instruct:")
+    page.get_by_role("textbox", name="Speaker 2 design", exact=True).fill("male, low pitch")
+    script = 'Alice: Hello there. <break time="300ms"/> How are you?\nBob: Very well, thank you.'
+    page.get_by_role("textbox", name="Script", exact=True).fill(script)
+    page.get_by_role("spinbutton", name="Seed", exact=True).fill("7")
+    body = speak_script(page)
+    assert body["seed"] == 7 and body["speakers"] == {"Alice": "nova", "Bob": "instruct:male, low pitch"}
+    assert body["format"] == "text" and body["stream_format"] == "sse" and body["gap"] == 0.3
+    expect(page.get_by_role("status").filter(has_text="3 of 3 segments")).to_have_count(1)
+    audio, rate = soundfile.read(io.BytesIO(downloaded(page, "Download audio")), dtype="int16")
+    served = httpx.post(f"{server.url}/v1/audio/script", headers={"Authorization": f"Bearer {KEY}"}, timeout=300,
+                        json={**body, "stream_format": "json", "response_format": "wav"}).json()
+    expected, _ = soundfile.read(io.BytesIO(base64.b64decode(served["audio"])), dtype="int16")
+    assert rate == 24000 and len(audio) == len(expected)  # the page's file is the server's track
+    np.testing.assert_array_equal(audio, expected)
+    captions = downloaded(page, "Download captions").decode("utf-8")
+    assert [s.text for s in parse_script(captions, "srt").segments] == ["Hello there.", "How are you?",
+                                                                         "Very well, thank you."]
+    expect(page.get_by_role("alert")).to_have_text("")
+    assert opened.errors == []
+
+
+def test_the_script_tab_dubs_an_uploaded_srt_into_its_time_slots(visit, tmp_path):
+    subtitles = tmp_path / "clip.srt"
+    subtitles.write_bytes("\ufeff1\r\n00:00:00,500 --> 00:00:01,500\r\n<i>Alice: First.</i>\r\n\r\n"
+                          "2\r\n00:00:02,000 --> 00:00:03,250\r\nBob: Second.\r\n".encode("utf-8"))
+    page = (opened := visit()).page
+    open_script_tab(page)
+    page.get_by_label("Script file").set_input_files(subtitles)
+    expect(page.get_by_role("combobox", name="Script format", exact=True)).to_have_value("srt")
+    expect(page.get_by_role("textbox", name="Script", exact=True)).to_have_value(re.compile("00:00:02,000"))
+    page.get_by_role("combobox", name="Captions", exact=True).select_option("vtt")
+    body = speak_script(page)
+    assert body["format"] == "srt" and "gap" not in body and body["captions"] == "vtt"
+    audio, rate = soundfile.read(io.BytesIO(downloaded(page, "Download audio")), dtype="int16")
+    assert len(audio) >= 3.25 * rate  # the track lasts until the last cue's end
+    captions = downloaded(page, "Download captions").decode("utf-8")
+    assert captions.startswith("WEBVTT") and "00:00:00.500 --> " in captions and "00:00:02.000 --> " in captions
+    assert opened.errors == []
+
+
 def test_the_same_page_works_through_serve_py_ray(visit, served_build, tmp_path):
     """One Ray replica behind Ray Serve's proxy: the page, the key and the streamed speech pass through it."""
     from test_cluster import _alive, _descendants

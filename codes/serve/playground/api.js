@@ -105,28 +105,49 @@ export async function deleteVoice(id) {
   return response.json();
 }
 
-// POST /v1/audio/speech with stream_format "sse": calls onAudio(bytes) with each speech.audio.delta's
-// audio as it arrives (one piece of the text each) and resolves with the done event's usage; an
-// `error` event (a failure after the first audio) rejects with its message.
-export async function speakStream(request, onAudio, signal) {
-  const response = await call("POST", "/v1/audio/speech", { ...request, stream_format: "sse" }, signal);
+// The server-sent events of a response, each parsed, as they arrive.
+async function* eventsOf(response) {
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let pending = "";
   for (;;) {
     const { value, done } = await reader.read();
-    if (done) break;
+    if (done) return;
     pending += value;
     let end;
     while ((end = pending.indexOf("\n\n")) >= 0) {
       const event = parseEvent(pending.slice(0, end));
       pending = pending.slice(end + 2);
-      if (event === null) continue;
-      if (event.type === "speech.audio.delta") onAudio(fromBase64(event.audio));
-      else if (event.type === "speech.audio.done") return event.usage;
-      else if (event.type === "error") throw new ApiError(500, event.error.message, event.error.code);
+      if (event !== null) yield event;
     }
   }
+}
+
+// POST /v1/audio/speech with stream_format "sse": calls onAudio(bytes) with each speech.audio.delta's
+// audio as it arrives (one piece of the text each) and resolves with the done event's usage; an
+// `error` event (a failure after the first audio) rejects with its message.
+export async function speakStream(request, onAudio, signal) {
+  const response = await call("POST", "/v1/audio/speech", { ...request, stream_format: "sse" }, signal);
+  for await (const event of eventsOf(response)) {
+    if (event.type === "speech.audio.delta") onAudio(fromBase64(event.audio));
+    else if (event.type === "speech.audio.done") return event.usage;
+    else if (event.type === "error") throw new ApiError(500, event.error.message, event.error.code);
+  }
   throw new ApiError(0, "the stream ended before the speech was done; try again", "stream_cut");
+}
+
+// POST /v1/audio/script with stream_format "sse": onStarted(event) once the script is planned, onProgress(done,
+// total) as each segment is placed, onAudio(bytes) with the track in timeline order; resolves with the done event
+// (its segments and captions).
+export async function speakScript(request, { onStarted, onProgress, onAudio }, signal) {
+  const response = await call("POST", "/v1/audio/script", { ...request, stream_format: "sse" }, signal);
+  for await (const event of eventsOf(response)) {
+    if (event.type === "script.started") onStarted(event);
+    else if (event.type === "script.progress") onProgress(event.done, event.total);
+    else if (event.type === "script.audio.delta") onAudio(fromBase64(event.audio));
+    else if (event.type === "script.done") return event;
+    else if (event.type === "error") throw new ApiError(500, event.error.message, event.error.code);
+  }
+  throw new ApiError(0, "the stream ended before the script was done; try again", "stream_cut");
 }
 
 function parseEvent(block) {

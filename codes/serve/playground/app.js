@@ -6,6 +6,7 @@ import {
   speakStream, storeKey, storedKey,
 } from "./api.js";
 import { EncodedPlayer, StreamPlayer } from "./player.js";
+import { setupScript } from "./script.js";
 
 const $ = (id) => document.getElementById(id);
 // The Format select's values are the API's response formats; WAV is made in the page from "pcm".
@@ -332,3 +333,5 @@ $("clone-form").addEventListener("submit", (event) => {
 
 $("key").value = storedKey();
 guarded(loadServer);
+
+setupScript(guarded, loadServer);
