@@ -176,6 +176,29 @@ def build_genai_whisper(folder: Path, out_dir: Path, precision: str) -> tuple[Pa
     return out_dir / "encoder.onnx", out_dir / "decoder.onnx"
 
 
+def restore_attention_bias(graph):
+    """Give every packed `Attention` node a bias input: genai 0.18 leaves it out when the checkpoint's
+    q/k/v biases are all zero, and ONNX Runtime's CPU Attention kernel then segfaults (docs/DESIGN.md
+    §recogniser-bias). A zero bias is what the checkpoint says, so the graph computes the same."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    weights = {tensor.name: tensor for tensor in graph.graph.initializer}
+    for node in graph.graph.node:
+        if node.op_type != "Attention" or node.domain != "com.microsoft":
+            continue
+        if len(node.input) > 2 and node.input[2]:
+            continue
+        sizes = next(helper.get_attribute_value(a) for a in node.attribute if a.name == "qkv_hidden_sizes")
+        dtype = helper.tensor_dtype_to_np_dtype(weights[node.input[1]].data_type)
+        name = f"{node.name.strip('/').replace('/', '.')}.zero_bias"
+        graph.graph.initializer.append(numpy_helper.from_array(np.zeros(sum(sizes), dtype), name))
+        while len(node.input) < 3:
+            node.input.append("")
+        node.input[2] = name
+    return graph
+
+
 def _entry(folder: Path, name: str) -> dict:
     entry = {"file": name, "sha256": sha256_file(folder / name)}
     data = folder / f"{name}.data"
@@ -204,7 +227,7 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
     encoder, decoder = build_genai_whisper(folder, work / "genai", genai_precision)
     config = json.loads((folder / "config.json").read_text())
     for name, source in zip(GRAPH_FILES, (encoder, decoder)):
-        graph = onnx.load(str(source))
+        graph = restore_attention_bias(onnx.load(str(source)))
         if precision == "int8":
             graph = quantize_int8_dynamic(graph, work / f"int8-{name}")
         save_model(graph, asr_dir / name)
