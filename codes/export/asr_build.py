@@ -12,7 +12,10 @@ rules, the tokenizer's special ids), and written to `asr/asr_manifest.json`.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -259,6 +262,31 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
         raise UserError(f"{folder}/preprocessor_config.json sets dither; the recogniser's features are deterministic")
     write_json(asr_dir / MANIFEST_NAME, manifest)
     return asr_dir
+
+
+# The probe's child: one window through the recogniser's graphs; a UserError is its last stderr line.
+PROBE_SCRIPT = ("import sys\n"
+                "from codes.common.errors import run_cli\n"
+                "from codes.runtime.asr import Recogniser\n"
+                "sys.exit(run_cli(lambda: Recogniser(sys.argv[1], sys.argv[2], threads=1, check_hashes=False).probe()))\n")
+
+
+def probe_recogniser(asr_dir: Path, model: str, provider: str = "cpu") -> None:
+    """Run one window through the built graphs in a child process, so a kernel that crashes (a
+    segfault kills the process, docs/DESIGN.md §recogniser-bias) becomes one UserError line here."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))}
+    result = subprocess.run([sys.executable, "-c", PROBE_SCRIPT, str(Path(asr_dir).resolve()), provider],
+                            capture_output=True, text=True, env=env)
+    if result.returncode == 0:
+        return
+    if result.returncode < 0:
+        how = f"crashed ONNX Runtime ({signal.Signals(-result.returncode).name})"
+    else:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        how = "failed: " + (lines[-1].removeprefix("error: ") if lines else f"exit {result.returncode}")
+    raise UserError(f"the recogniser built from {model} {how} on a first window, so nothing was installed; "
+                    "try another --asr-precision, or report the checkpoint")
 
 
 def planned_files() -> list[str]:

@@ -461,6 +461,14 @@ class Recogniser:
             texts.append(TIMESTAMP_TEXT.sub("", clean_up_spaces(text) if self.clean_up else text))
         return "".join(texts)
 
+    def probe(self) -> None:
+        """One window through each graph (the encoder, then the decoder over the first tokens): what a
+        build runs once before it installs a recogniser, since a broken graph may crash the process."""
+        rate = self.features["sampling_rate"]
+        noise = np.random.default_rng(0).standard_normal(rate).astype(np.float32) * np.float32(0.1)
+        cross = self._encode(self.features_of(noise, rate))
+        self._decode(np.array([self.init_tokens(cross)]), self._empty_past(1), cross)
+
     def transcribe(self, waveform: np.ndarray, sample_rate: int) -> str:
         """The clip's text, as upstream's `transcribe((waveform, sample_rate))` returns it (stripped)."""
         if not isinstance(sample_rate, (int, np.integer)) or sample_rate <= 0:
