@@ -20,9 +20,10 @@ from pathlib import Path
 from codes.common.cache import cache_dir
 from codes.common.errors import UserError
 from codes.export.generated import generate_once
-from codes.export.tokenizer_build import byte_alphabet, merge_parts, write_json
+from codes.export.tokenizer_build import merge_parts, write_json
+from codes.runtime.text_tokenizer import byte_alphabet
 
-GENERATOR_VERSION = 2  # bump whenever the generated weights, config or tokenizer change
+GENERATOR_VERSION = 3  # bump whenever the generated weights, config or tokenizer change
 GENERATED = ("tiny-whisper", "full-whisper")
 NUM_LANGUAGES = 100  # large-v3 added Cantonese to v2's 99
 BASE_VOCAB_SIZE = 50_257
@@ -37,8 +38,9 @@ SIZES = {
     "full": dict(d_model=1280, encoder_layers=32, decoder_layers=4, encoder_attention_heads=20,
                  decoder_attention_heads=20, encoder_ffn_dim=5120, decoder_ffn_dim=5120),
 }
-# turbo's alignment heads (only word timestamps read them; kept so the config reads like turbo's)
-ALIGNMENT_HEADS = [[2, 4], [2, 11], [3, 3], [3, 6], [3, 11], [3, 14]]
+# The decoder heads word timings read (generation_config.alignment_heads): turbo's for its shapes; for
+# the tiny one, heads in both layers, so the alignment graph joins more than one layer.
+ALIGNMENT_HEADS = {"tiny": [[0, 2], [1, 0], [1, 3]], "full": [[2, 4], [2, 11], [3, 3], [3, 6], [3, 11], [3, 14]]}
 
 
 def _whisper_tokenizer():
@@ -141,7 +143,7 @@ def tokenizer_files(tokenizer) -> dict[str, dict | str]:
     }
 
 
-def generation_config(tokenizer, languages: list[str]) -> dict:
+def generation_config(tokenizer, languages: list[str], size: str) -> dict:
     """generation_config.json laid out like whisper-large-v3-turbo's."""
     ids = tokenizer.encoding._special_tokens
     # openai-whisper's "-1" suppression: the non-speech symbols, then the task and prompt tokens.
@@ -149,7 +151,7 @@ def generation_config(tokenizer, languages: list[str]) -> dict:
         [tokenizer.sot, tokenizer.translate, tokenizer.transcribe, tokenizer.sot_lm, tokenizer.sot_prev,
          tokenizer.no_speech])
     return {
-        "alignment_heads": ALIGNMENT_HEADS,
+        "alignment_heads": ALIGNMENT_HEADS[size],
         "begin_suppress_tokens": [tokenizer.encoding.encode(" ")[0], tokenizer.eot],
         "bos_token_id": tokenizer.eot,
         "decoder_start_token_id": tokenizer.sot,
@@ -245,7 +247,7 @@ def write_whisper_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0, z
     model.config.architectures = ["WhisperForConditionalGeneration"]
     model.save_pretrained(str(out_dir))
     (out_dir / "generation_config.json").unlink(missing_ok=True)
-    write_json(out_dir / "generation_config.json", generation_config(tokenizer, languages))
+    write_json(out_dir / "generation_config.json", generation_config(tokenizer, languages, size))
     WhisperFeatureExtractor(feature_size=128).save_pretrained(str(out_dir))
     for name, content in tokenizer_files(tokenizer).items():
         if isinstance(content, str):
