@@ -20,6 +20,8 @@ RUNTIME_MODULES = [
     "codes.runtime.prompt_file",
     "codes.runtime.normalize",
     "codes.runtime.api",
+    "codes.runtime.asr",
+    "codes.runtime.alignment",
 ]
 FORBIDDEN = ["torch", "torchaudio", "transformers", "omnivoice", "pydub", "librosa"]
 
