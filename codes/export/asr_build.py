@@ -304,7 +304,8 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
         if name == "decoder.onnx":
             graph = add_alignment_output(graph, heads, head_size)
         if precision == "int8":
-            graph = quantize_int8_dynamic(graph, work / f"int8-{name}")
+            with library_output("the recogniser's int8 quantization"):  # it logs each MatMul it leaves alone
+                graph = quantize_int8_dynamic(graph, work / f"int8-{name}")
         save_model(graph, asr_dir / name)
     shutil.copyfile(folder / "tokenizer.json", asr_dir / "tokenizer.json")
     np.save(asr_dir / "mel_filters.npy", arrays["mel_filters"])
