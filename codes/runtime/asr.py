@@ -566,10 +566,10 @@ class Recogniser:
         detected on `cross` when None, and the language code the words are split by."""
         no_timestamps = self._alignment_section()["no_timestamps_token_id"]
         init = self.generation["init_tokens"]
+        if None not in init:  # an English-only checkpoint has no language slot
+            return [t for t in init if t != no_timestamps], "en"
         token = self.language_token(language)
         tokens = self.init_tokens(cross) if token is None else [token if t is None else t for t in init]
-        if None not in init:  # an English-only checkpoint has no language slot
-            return [t for t in tokens if t != no_timestamps], "en"
         return [t for t in tokens if t != no_timestamps], self.tokenizer.id_to_token(tokens[init.index(None)])[2:-2]
 
     def aligned_windows(self, waveform: np.ndarray, sample_rate: int, text: str,
