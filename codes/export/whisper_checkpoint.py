@@ -20,9 +20,10 @@ from pathlib import Path
 from codes.common.cache import cache_dir
 from codes.common.errors import UserError
 from codes.export.generated import generate_once
-from codes.export.tokenizer_build import byte_alphabet, merge_parts, write_json
+from codes.export.tokenizer_build import merge_parts, write_json
+from codes.runtime.text_tokenizer import byte_alphabet
 
-GENERATOR_VERSION = 2  # bump whenever the generated weights, config or tokenizer change
+GENERATOR_VERSION = 3  # bump whenever the generated weights, config or tokenizer change
 GENERATED = ("tiny-whisper", "full-whisper")
 NUM_LANGUAGES = 100  # large-v3 added Cantonese to v2's 99
 BASE_VOCAB_SIZE = 50_257
@@ -37,8 +38,9 @@ SIZES = {
     "full": dict(d_model=1280, encoder_layers=32, decoder_layers=4, encoder_attention_heads=20,
                  decoder_attention_heads=20, encoder_ffn_dim=5120, decoder_ffn_dim=5120),
 }
-# turbo's alignment heads (only word timestamps read them; kept so the config reads like turbo's)
-ALIGNMENT_HEADS = [[2, 4], [2, 11], [3, 3], [3, 6], [3, 11], [3, 14]]
+# The decoder heads word timings read (generation_config.alignment_heads): turbo's for its shapes; for
+# the tiny one, heads in both layers, so the alignment graph joins more than one layer.
+ALIGNMENT_HEADS = {"tiny": [[0, 2], [1, 0], [1, 3]], "full": [[2, 4], [2, 11], [3, 3], [3, 6], [3, 11], [3, 14]]}
 
 
 def _whisper_tokenizer():
@@ -141,7 +143,7 @@ def tokenizer_files(tokenizer) -> dict[str, dict | str]:
     }
 
 
-def generation_config(tokenizer, languages: list[str]) -> dict:
+def generation_config(tokenizer, languages: list[str], size: str) -> dict:
     """generation_config.json laid out like whisper-large-v3-turbo's."""
     ids = tokenizer.encoding._special_tokens
     # openai-whisper's "-1" suppression: the non-speech symbols, then the task and prompt tokens.
@@ -149,7 +151,7 @@ def generation_config(tokenizer, languages: list[str]) -> dict:
         [tokenizer.sot, tokenizer.translate, tokenizer.transcribe, tokenizer.sot_lm, tokenizer.sot_prev,
          tokenizer.no_speech])
     return {
-        "alignment_heads": ALIGNMENT_HEADS,
+        "alignment_heads": ALIGNMENT_HEADS[size],
         "begin_suppress_tokens": [tokenizer.encoding.encode(" ")[0], tokenizer.eot],
         "bos_token_id": tokenizer.eot,
         "decoder_start_token_id": tokenizer.sot,
@@ -190,8 +192,10 @@ CROSS_OUT_GAIN = 6.0
 EOS_LOGIT_PUSH = 4.5
 
 
-def _shape_weights(model, generator) -> None:
-    """Make a random Whisper's transcript depend on the clip (see module docstring)."""
+def _shape_weights(model, generator, zero_qv_biases: bool = False) -> None:
+    """Make a random Whisper's transcript depend on the clip (see module docstring). `zero_qv_biases`:
+    every attention's query and value biases all zero, the checkpoint on which genai's builder leaves
+    the encoder's attention bias out (docs/DESIGN.md §recogniser-bias)."""
     import torch
 
     def normal_(tensor, std):
@@ -200,8 +204,7 @@ def _shape_weights(model, generator) -> None:
     encoder, decoder = model.model.encoder, model.model.decoder
     d_model = model.config.d_model
     with torch.no_grad():
-        # Real checkpoints have non-zero biases, and the genai builder drops all-zero ones
-        # (a path that then crashes ONNX Runtime's CPU Attention): give every bias a value.
+        # Real checkpoints have non-zero biases: give every bias a value (zero_qv_biases is the exception).
         for module in model.modules():
             if isinstance(module, torch.nn.Linear) and module.bias is not None:
                 normal_(module.bias, 0.02)
@@ -218,12 +221,18 @@ def _shape_weights(model, generator) -> None:
             normal_(cross.out_proj.weight, CROSS_OUT_GAIN / d_model**0.5)
             normal_(layer.self_attn.out_proj.weight, 1.0 / d_model**0.5)
             normal_(layer.fc2.weight, 1.0 / layer.fc2.in_features**0.5)
+        if zero_qv_biases:
+            for layer in (*encoder.layers, *decoder.layers):
+                for attention in (layer.self_attn, getattr(layer, "encoder_attn", None)):
+                    if attention is not None:
+                        attention.q_proj.bias.zero_()
+                        attention.v_proj.bias.zero_()
         # The final norm's bias adds EOS_LOGIT_PUSH to <|endoftext|>'s logit (the projection is tied).
         eos_row = decoder.embed_tokens.weight[model.config.eos_token_id]
         decoder.layer_norm.bias.copy_(EOS_LOGIT_PUSH * eos_row / eos_row.norm() ** 2)
 
 
-def write_whisper_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0) -> Path:
+def write_whisper_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0, zero_qv_biases: bool = False) -> Path:
     """Write config.json, model.safetensors, generation_config.json, preprocessor_config.json and the
     tokenizer files into out_dir."""
     import torch
@@ -234,11 +243,11 @@ def write_whisper_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0) -
     tokenizer, languages = _whisper_tokenizer()
     torch.manual_seed(seed)
     model = WhisperForConditionalGeneration(whisper_config(size, tokenizer)).eval()
-    _shape_weights(model, torch.Generator().manual_seed(seed))
+    _shape_weights(model, torch.Generator().manual_seed(seed), zero_qv_biases)
     model.config.architectures = ["WhisperForConditionalGeneration"]
     model.save_pretrained(str(out_dir))
     (out_dir / "generation_config.json").unlink(missing_ok=True)
-    write_json(out_dir / "generation_config.json", generation_config(tokenizer, languages))
+    write_json(out_dir / "generation_config.json", generation_config(tokenizer, languages, size))
     WhisperFeatureExtractor(feature_size=128).save_pretrained(str(out_dir))
     for name, content in tokenizer_files(tokenizer).items():
         if isinstance(content, str):
@@ -246,18 +255,20 @@ def write_whisper_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0) -
         else:
             write_json(out_dir / name, content, indent=None if name in ("tokenizer.json", "vocab.json") else 2)
     (out_dir / "README.md").write_text(
-        f"Random-weight Whisper checkpoint ({size}, seed {seed}) made by omnivoice-onnx whisper generator "
-        f"v{GENERATOR_VERSION}, with large-v3's vocabulary and turbo's generation config. For tests and "
+        f"Random-weight Whisper checkpoint ({size}, seed {seed}{', zero q/v biases' * zero_qv_biases}) made by "
+        f"omnivoice-onnx whisper generator v{GENERATOR_VERSION}, with large-v3's vocabulary and turbo's generation config. For tests and "
         "benchmarks: it transcribes nonsense.\n")
     return out_dir
 
 
-def generated_whisper(name: str, seed: int = 0) -> Path:
-    """`tiny-whisper` / `full-whisper`, generated once into the cache (a folder swap, like generated_folder)."""
+def generated_whisper(name: str, seed: int = 0, zero_qv_biases: bool = False) -> Path:
+    """`tiny-whisper` / `full-whisper`, generated once into the cache (a folder swap, like generated_folder).
+    `zero_qv_biases`: the variant whose attention q/v biases are all zero (for the builder's test)."""
     if name not in GENERATED:
         raise UserError(f"unknown generated Whisper {name!r}; use one of {', '.join(GENERATED)}")
-    final = cache_dir("checkpoints") / f"{name}-v{GENERATOR_VERSION}-seed{seed}"
-    return generate_once(final, name, lambda folder: write_whisper_checkpoint(folder, size=name.split("-")[0], seed=seed))
+    final = cache_dir("checkpoints") / f"{name}-v{GENERATOR_VERSION}-seed{seed}{'-zero-qv-bias' * zero_qv_biases}"
+    return generate_once(final, name, lambda folder: write_whisper_checkpoint(
+        folder, size=name.split("-")[0], seed=seed, zero_qv_biases=zero_qv_biases))
 
 
 def load_generation_config(folder: Path) -> dict:

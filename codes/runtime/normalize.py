@@ -62,6 +62,11 @@ def normalize_text(text: str, language: str | None = None) -> str:
         return _around_controls(text, rewrite, pinyin=code == "zh")
 
 
+def without_tags(text: str) -> str:
+    """The text with its `[...]` spans (non-verbal tags, CMU phones) taken out: what is spoken as words."""
+    return " ".join(BRACKETED.sub(" ", text).split())
+
+
 def _around_controls(text: str, rewrite: Callable[[str], str], pinyin: bool) -> str:
     """`rewrite` applied to the stretches between protected spans; the spans (merged where they
     touch or overlap) are kept as they are."""

@@ -23,8 +23,9 @@ from codes.runtime.duration import estimate_target_tokens, resolve_target_len
 from codes.runtime.engine import max_item_frames
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
+from codes.runtime.asr import NO_ALIGNMENT, read_asr_manifest
 from codes.runtime.manifest import read_manifest, recogniser_folder
-from codes.runtime.normalize import normalize_text as normalize
+from codes.runtime.normalize import normalize_text as normalize, without_tags
 from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
 from codes.runtime.probe import CAUSAL_ADVICE
 from codes.runtime import prompt_file
@@ -243,6 +244,43 @@ class OmniVoiceOnnx:
                 provider = provider or self._asr_provider or self.provider
                 self._recogniser = Recogniser(self.recogniser_dir(), provider=provider, threads=self.threads)
         return self._recogniser
+
+    # --- word timings: the recogniser aligns the text spoken to the audio made ------------------
+
+    @property
+    def has_word_timings(self) -> bool:
+        """Whether align_words can run: the recogniser was built with what alignment reads (a recogniser
+        built before word timings still transcribes, but does not align)."""
+        if not self.has_recogniser:
+            return False
+        try:
+            return "alignment" in read_asr_manifest(self.recogniser_dir())
+        except UserError:
+            return False
+
+    def align_words(self, wav_24k: np.ndarray, text: str, language: str | None = None,
+                    written: str | None = None) -> list[dict]:
+        """When each word of `text` is heard in `wav_24k` (24 kHz, as generate returns it):
+        [{"word", "start", "end"}] in seconds from the audio's start, by forced alignment with the build's
+        recogniser as openai-whisper times words (docs/DESIGN.md §word-timings).
+
+        text: what was spoken (after normalize_text, if it ran); written: the text before it, whose words are
+        reported where they match the spoken ones one to one. language: as generate takes it (an id or a
+        name; None, or one Whisper does not know, is detected from the audio). Tags such as [laughter] are
+        not words; text with nothing to align gives []. An empty waveform, or a build without a recogniser
+        built for word timings, is a UserError. Pure computation on ONNX Runtime sessions: a server calls it
+        from an executor thread, one chunk (its audio, text and language) at a time, and gets times
+        relative to that chunk."""
+        if not self.has_word_timings:
+            if self.has_recogniser:
+                raise UserError(NO_ALIGNMENT.format(folder=self.recogniser_dir()))
+            raise UserError(f"{self.manifest.folder} has no recogniser, which word timings need: build one with "
+                            "`python optimize.py --include-asr` (or point asr_dir at a build holding one)")
+        recogniser = self.load_recogniser()
+        code = resolve_language(language)
+        code = code if code is not None and recogniser.knows_language(code) else None
+        return recogniser.align(wav_24k, SAMPLE_RATE, without_tags(text), code,
+                                None if written is None else without_tags(written))
 
     # --- one step: embeddings -> backbone -> heads -> cell scores --------------------------------
 

@@ -47,3 +47,13 @@ class TextTokenizer:
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         # `tokenizers` skips special tokens by default; transformers (and a round trip) keeps them.
         return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+
+def byte_alphabet() -> list[str]:
+    """GPT-2's byte -> printable character map, the alphabet of byte-level BPE vocabularies."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    alphabet = {b: chr(b) for b in printable}
+    shifted = (b for b in range(256) if b not in alphabet)
+    for offset, b in enumerate(shifted):
+        alphabet[b] = chr(256 + offset)
+    return [alphabet[b] for b in range(256)]

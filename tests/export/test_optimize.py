@@ -584,3 +584,20 @@ def test_a_bad_asr_model_is_one_line_before_anything_is_built(tiny_checkpoint, t
                         "--output", tmp_path / "out", env={"HF_HUB_CACHE": str(tmp_path / "empty-cache")})
     assert result.returncode == 2 and message in last_error_line(result), result.stderr
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.building-*"))
+
+
+def test_a_recogniser_that_crashes_on_its_first_window_is_one_line_and_never_installed(tmp_path, monkeypatch):
+    """The build probes the recogniser in a child process: genai's graph for a zero-q/v-bias Whisper (its
+    encoder's Attention without a bias, as genai 0.18 writes it) segfaults ONNX Runtime, and that becomes
+    one line, with nothing written."""
+    from codes.export import asr_build
+    from codes.export.whisper_checkpoint import generated_whisper
+
+    zero_bias = generated_whisper("tiny-whisper", zero_qv_biases=True)
+    monkeypatch.setattr(asr_build, "restore_attention_bias", lambda graph: graph)  # genai's graph as it comes
+    result = run_main("optimize.py", "--asr-only", "--asr-model", zero_bias, "--device", "cpu_fp32",
+                      "--output", tmp_path / "out")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    line = last_error_line(result)
+    assert line.startswith("error: ") and "crashed ONNX Runtime (SIGSEGV)" in line and "nothing was installed" in line
+    assert list(tmp_path.iterdir()) == []  # no output folder, no staging left beside it

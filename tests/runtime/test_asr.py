@@ -277,3 +277,37 @@ def test_a_clip_is_prepared_then_transcribed_as_upstream_create_voice_clone_prom
         assert ours.codes.shape[1] <= 15 * 25
         with pytest.raises(UserError, match="at most 30 s"):
             tts.load_recogniser().transcribe(wav, 24000)
+
+
+# ---------------------------------------------------------------------------
+# A Whisper whose attention q/v biases are all zero (issue 42): genai's builder leaves the encoder's bias
+# out, on which ONNX Runtime's CPU Attention kernel segfaulted; the build puts it back
+# ---------------------------------------------------------------------------
+
+def test_a_whisper_with_zero_qv_biases_clones_a_clip_alone_through_inference(builds, tiny_checkpoint, tmp_path):
+    import torch
+    from helpers.scripts import run_main, run_script
+    from helpers.synthesis_inputs import FP32_BUILD, reference_clip, write_clip
+    from omnivoice.models.omnivoice import OmniVoice
+
+    from codes.export.whisper_checkpoint import generated_whisper
+    from codes.runtime.synthesis import Voice
+
+    zero_bias = generated_whisper("tiny-whisper", zero_qv_biases=True)
+    run_main("optimize.py", "--asr-only", "--asr-model", zero_bias, "--device", "cpu_fp32", "--output",
+             tmp_path / "asr-build", check=True)
+    clip = write_clip(tmp_path / "ref.wav", reference_clip(24000), 24000)
+    result = run_script("inference.py", "--model_dir", builds.get(*FP32_BUILD), "--asr_dir", tmp_path / "asr-build",
+                        "--text", CLONED_TEXT, "--language", "en", "--ref_audio", clip, "--num_steps", "4",
+                        "--threads", "1", "--quiet", "--output", tmp_path / "out.wav",
+                        "--save_voice", tmp_path / "voice.npz")
+    assert result.returncode == 0, f"exit {result.returncode}: {result.stderr[-2000:]}"  # -11 was the segfault
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        upstream = OmniVoice.from_pretrained(str(tiny_checkpoint.path), attn_implementation="sdpa",
+                                             asr_model_name=str(zero_bias), load_asr=True).eval()
+        expected = upstream.create_voice_clone_prompt(str(clip)).ref_text
+    finally:
+        torch.set_num_threads(previous)
+    assert Voice.load(tmp_path / "voice.npz").text == expected and len(expected) > 10

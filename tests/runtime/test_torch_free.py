@@ -21,6 +21,8 @@ RUNTIME_MODULES = [
     "codes.runtime.normalize",
     "codes.runtime.api",
     "codes.runtime.script",
+    "codes.runtime.asr",
+    "codes.runtime.alignment",
 ]
 FORBIDDEN = ["torch", "torchaudio", "transformers", "omnivoice", "pydub", "librosa"]
 
