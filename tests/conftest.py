@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 RAY_MODULES = ("test_corpus", "test_cluster", "test_playground")  # test_playground: its last test runs serve.py --ray
 LONG_MODULES = ("test_walkthrough", "test_optimize", *RAY_MODULES, "test_hostile", "test_wyoming_hostile", "test_doors",
                 "test_published", "test_bench", "test_inference", "test_serve", "test_latency", "test_ws_door",
-                "test_plugins", "test_transcribed_uploads")
+                "test_plugins", "test_transcribed_uploads", "test_script_door", "test_word_timings")
 
 
 def pytest_collection_modifyitems(config, items):

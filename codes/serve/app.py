@@ -116,8 +116,9 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
     @app.get("/v1/audio/defaults")
     async def defaults():  # what a speech request leaves out gets: the playground shows these
         transcribes = state.model is not None and state.model.tts.has_recogniser  # a clip may come without its text
+        words = state.model is not None and state.model.word_timings  # timings may say when each word is heard
         return {**state.config.settings.to_dict(), "normalize_text": state.config.normalize_text,
-                "transcribes_clips": transcribes}
+                "transcribes_clips": transcribes, "word_timings": words}
 
     @app.get("/v1/audio/voices")
     async def list_voices():
@@ -201,16 +202,20 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
 
 async def _encoded(speaking: SpeechRequest, params: SpeechParams):
     """The request's whole life as its response body: each chunk's audio encoded (in an executor) as
-    it is ready, as (bytes, the chunk's timing), and the encoder's tail as (bytes, None). Anything that
-    goes wrong, the encoder's failure included, raises through the lifecycle, so the log line says so
-    and the transfer is aborted rather than ended cleanly."""
+    it is ready, as (bytes, None); for SSE each chunk's timing as soon as it is known, as (b"", timing);
+    and the encoder's tail as (bytes, None). Anything that goes wrong, the encoder's failure included,
+    raises through the lifecycle, so the log line says so and the transfer is aborted rather than ended
+    cleanly."""
     async with speaking:
         loop = asyncio.get_running_loop()
         encoder = StreamEncoder(params.response_format, SAMPLE_RATE)
         pool = speaking.model.encode_pool
         try:
-            async for piece in speaking.spoken():
-                yield await loop.run_in_executor(pool, encoder.push, piece.wav), piece.timing()  # b"": FLAC until its end
+            async for heard in (speaking.heard() if params.stream_format == "sse" else speaking.spoken()):
+                if isinstance(heard, dict):
+                    yield b"", heard
+                else:  # b"": FLAC until its end
+                    yield await loop.run_in_executor(pool, encoder.push, heard.wav), None
             tail = await loop.run_in_executor(pool, encoder.close)
             if tail:
                 yield tail, None

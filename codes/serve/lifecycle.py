@@ -23,7 +23,9 @@ it becomes ready; either way off the loop (a grammar's first use takes about a s
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import contextlib
 import logging
 import time
 
@@ -42,12 +44,21 @@ from codes.serve.limits import flag
 from codes.serve.params import ScriptParams, SpeechParams
 from codes.serve.state import ServerState
 from codes.serve.segments import ScriptStream
-from codes.serve.sentences import SentenceStream, past_deadline, settle_sentences
+from codes.serve.sentences import SentenceStream, SpokenPiece, past_deadline, settle_sentences
 from codes.serve.voices.book import DESIGN_VOICES
 from codes.serve.voices.resolver import UnknownVoice
 from codes.serve.voices.uploads import OneOffClip, Upload, save_upload
 
 logger = logging.getLogger("omnivoice.serve")
+
+
+def _aligned(piece: SpokenPiece) -> list[dict] | None:
+    """A chunk's aligned words, or None (its timing then says no words) where the alignment failed."""
+    try:
+        return piece.words.result()
+    except Exception as exc:  # noqa: BLE001 (the speech goes on; the log says why its words are missing)
+        logger.warning("no word timings for %r: %s: %s", piece.text[:40], type(exc).__name__, exc)
+        return None
 
 
 class RequestLife:
@@ -191,6 +202,45 @@ class SpeechRequest(RequestLife):
             raise RequestError(400, "the text is empty; send at least one word to speak", "input", "empty_text")
         self.completed = True
 
+    async def heard(self):
+        """spoken(), with each chunk's timing: a SpokenPiece as soon as its audio is made, then its timing (a
+        dict: SpokenPiece.timing, with its words where the request asked and the build aligns) as soon as it
+        is known. Timings come in order, each after its chunk's audio; audio never waits for a word to be
+        aligned (docs/DESIGN.md §word-timings). A failed alignment costs only that chunk's words."""
+        pieces = self.spoken().__aiter__()
+        coming = asyncio.ensure_future(pieces.__anext__())
+        untimed: collections.deque[SpokenPiece] = collections.deque()
+        try:
+            while coming is not None or untimed:
+                if untimed and untimed[0].words is None:
+                    yield untimed.popleft().timing()
+                    continue
+                waits = {coming} if coming is not None else set()
+                if untimed:
+                    waits.add(untimed[0].words)
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if untimed and untimed[0].words in done:
+                    piece = untimed.popleft()
+                    yield piece.timing(_aligned(piece))
+                    continue
+                try:
+                    piece = coming.result()
+                except StopAsyncIteration:
+                    coming = None
+                    continue
+                coming = asyncio.ensure_future(pieces.__anext__())
+                yield piece
+                untimed.append(piece)
+        finally:
+            for piece in untimed:
+                if piece.words is not None:
+                    piece.words.cancel()
+            if coming is not None:
+                coming.cancel()
+                with contextlib.suppress(BaseException):
+                    await coming
+            await pieces.aclose()
+
     def _new_job(self) -> SentenceStream:
         """The request's sentences, empty until its voice is known (every door's jobs are made here)."""
         params = self.params
@@ -200,9 +250,12 @@ class SpeechRequest(RequestLife):
             options["normalize_text"] = True
         if params.ref_audio is not None:
             options["ref_audio_bytes"] = len(params.ref_audio)
+        if params.word_timings:
+            options["word_timings"] = True
         return SentenceStream(model=self.model, requests=[], settings=params.settings, seed=params.seed,
                               closed=False, waiting_for_text=self._release if self.streamed_text else None,
-                              options=options, **self._job_fields())
+                              options=options, word_timings=params.word_timings, language=params.language,
+                              **self._job_fields())
 
     async def _normalized(self, texts: list[str]) -> list[str]:
         """The texts as normalize_text writes them, in the language the request resolved (upstream's

@@ -29,14 +29,18 @@ class LoadedModel:
         # One codec worker: on a small CPU the decoder competes with the steps; it never blocks the loop.
         self.decode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-codec")
         self.encode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="omnivoice-encode")  # mp3, opus, ...
+        # Word timings (Whisper's encoder, a 30 s window a chunk) on a worker of their own: a chunk's audio never
+        # waits for the one before to be aligned.
+        self.align_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-align")
         self.outstanding: set[WorkItem] = set()  # submitted, not yet finished or cancelled
+        self.word_timings = tts.has_word_timings  # the recogniser can time words (read once: it reads a manifest)
 
     def start(self) -> None:
         self.engine.start()
 
     def stop(self) -> None:
         self.engine.stop()
-        for pool in (self.decode_pool, self.encode_pool):
+        for pool in (self.decode_pool, self.encode_pool, self.align_pool):
             pool.shutdown(wait=False, cancel_futures=True)
 
     def warm_up(self) -> None:
@@ -63,6 +67,11 @@ class LoadedModel:
 
     async def codes(self, item: WorkItem) -> np.ndarray:
         return await asyncio.wrap_future(item.future)
+
+    def words(self, wav: np.ndarray, text: str, language: str | None) -> asyncio.Future:
+        """A chunk's words [{"word", "start", "end"}] (seconds from its start), aligned on the align worker
+        (where word_timings: a build without it keeps chunk timings)."""
+        return asyncio.get_running_loop().run_in_executor(self.align_pool, self.tts.align_words, wav, text, language)
 
     async def decode(self, codes: np.ndarray | list[np.ndarray], ref_rms, settings: GenerationSettings) -> np.ndarray:
         """Codes [8, T] (or a long text's chunks, cross-faded as upstream joins them) to post-processed audio."""

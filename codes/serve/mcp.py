@@ -66,7 +66,7 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
                     speed: float | None = None, num_steps: int | None = None, seed: int | None = None,
                     response_format: str = "wav", normalize_text: bool | None = None, denoise: bool | None = None,
                     preprocess_prompt: bool | None = None, postprocess_output: bool | None = None,
-                    timings: bool = False) -> list[AudioContent | TextContent]:
+                    timings: bool = False, word_timings: bool = False) -> list[AudioContent | TextContent]:
         """Speak `text` and return the audio. voice: a built-in name (alloy, ash, ...) or a saved voice's
         id; language: an id or name (default: detected); instructions: a voice design for a built-in
         voice ("female, low pitch, british accent"); speed 0.25-4; num_steps: decoding steps (default
@@ -74,12 +74,14 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
         opus, aac, flac or pcm; normalize_text: numbers, dates and currency said as words (default: the
         server's); denoise, preprocess_prompt, postprocess_output: upstream's switches (default: true);
         timings: also return {"timings": [{"text", "start", "end"}, ...]}, when each piece of the text
-        (a clause or sentence) is heard, in seconds from the audio's start."""
+        (a clause or sentence) is heard, in seconds from the audio's start; word_timings: each timing also
+        has "words": [{"word", "start", "end"}], where the server's build can align (it costs a
+        recogniser's pass per piece)."""
         with _tool_errors():
             fields = {"input": text, "voice": voice, "language": language, "instructions": instructions,
                       "speed": speed, "num_steps": num_steps, "seed": seed, "response_format": response_format,
                       "normalize_text": normalize_text, "denoise": denoise, "preprocess_prompt": preprocess_prompt,
-                      "postprocess_output": postprocess_output}
+                      "postprocess_output": postprocess_output, "word_timings": word_timings and timings}
             params = parse_speech({k: v for k, v in fields.items() if v is not None}, state.config.limits,
                                   state.config.settings, normalize=state.config.normalize_text)
             async with SpeechRequest(state, params, "mcp") as speaking:
@@ -98,7 +100,7 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
                 summary += f", written to {path}"
             content.append(TextContent(text=summary))
             if timings:
-                content.append(TextContent(text=json.dumps({"timings": [piece.timing() for piece in pieces]})))
+                content.append(TextContent(text=json.dumps({"timings": [await piece.timed() for piece in pieces]})))
             return content
 
     @server.tool()

@@ -27,7 +27,7 @@ MAX_DURATION = 3600.0  # seconds: a bound for `duration`, far past any speech re
 MAX_SETTING = 1e6  # |value| of a float setting: finite is not enough, 1e308 overflows the maths
 MAX_SPEAKERS = 64  # speakers one script may declare: each is a voice resolved before any work
 SPEECH_FIELDS = {"model", "input", "voice", "instructions", "response_format", "speed", "stream_format",
-                 "language", "duration", "seed", "stream", "user", "normalize_text", "ref_audio", "ref_text",
+                 "language", "duration", "seed", "stream", "user", "normalize_text", "ref_audio", "ref_text", "word_timings",
                  *TUNABLE, *SWITCHES}
 
 
@@ -118,6 +118,7 @@ class SpeechParams:
     normalize_text: bool = False  # numbers, dates, currency in words before the text is cut (codes/runtime/normalize.py)
     ref_audio: bytes | None = None  # a one-off clone's clip (an audio file's bytes): it wins over `voice`
     ref_text: str | None = None  # that clip's transcript (None: the recogniser's)
+    word_timings: bool = False  # each piece's timing also says when each word is heard (where the build aligns)
 
 
 def _generation(body: dict, defaults: GenerationSettings) -> tuple[GenerationSettings, float | None, int | None]:
@@ -191,7 +192,8 @@ def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_te
         raise RequestError(400, f"duration must be > 0 and at most {MAX_DURATION:g} seconds, got {duration:g}",
                            "duration")
     return SpeechParams(text, voice, instructions, response_format, stream_format, speed, language, duration, seed,
-                        settings, normalize if normalize_text is None else normalize_text, ref_audio, ref_text)
+                        settings, normalize if normalize_text is None else normalize_text, ref_audio, ref_text,
+                        bool(_switch(body, "word_timings")))
 
 
 CAPTION_FORMATS = tuple(dict.fromkeys(CAPTION_SUFFIXES.values()))

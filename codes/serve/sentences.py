@@ -48,10 +48,21 @@ class SpokenPiece:
     text: str  # the chunk as it was spoken (clause or sentence; normalized where the request asked)
     wav: np.ndarray  # float32, 24 kHz
     start: int  # samples of the request's audio before it
+    words: asyncio.Future | None = None  # its words' timings, being aligned, where the request asked for them
 
-    def timing(self) -> dict:
-        """Seconds from the request's first sample to where this chunk's audio begins and ends."""
-        return {"text": self.text, "start": self.start / SAMPLE_RATE, "end": (self.start + len(self.wav)) / SAMPLE_RATE}
+    def timing(self, words: list[dict] | None = None) -> dict:
+        """Seconds from the request's first sample to where this chunk's audio begins and ends; with its
+        words (align_words' list, in seconds from the chunk's start), each word's too."""
+        offset = self.start / SAMPLE_RATE
+        timing = {"text": self.text, "start": offset, "end": (self.start + len(self.wav)) / SAMPLE_RATE}
+        if words is not None:
+            timing["words"] = [{"word": w["word"], "start": round(offset + w["start"], 3),
+                                "end": round(offset + w["end"], 3)} for w in words]
+        return timing
+
+    async def timed(self) -> dict:
+        """timing(), with the words once they are aligned (at once, where none are being aligned)."""
+        return self.timing(None if self.words is None else await self.words)
 
 
 @dataclass(kw_only=True)
@@ -80,6 +91,8 @@ class SentenceStream:
     finished: bool = False  # its log line is written
     waiting_for_text: Callable[[], None] | None = None  # called when every sentence so far is spoken and more may come
     options: dict = field(default_factory=dict)  # what the request asked beyond the server's defaults, for its log line
+    word_timings: bool = False  # align each chunk's words as it is made (codes/serve/loaded_model.py words)
+    language: str | None = None  # the request's, for the alignment (None: the recogniser tells)
 
     def __post_init__(self):
         self.items = [None] * len(self.requests)
@@ -174,7 +187,9 @@ class SentenceStream:
                 raise StreamFailed(f"the codec failed on chunk {index + 1}: {type(exc).__name__}: {exc}") from exc
             if self.first_audio_at is None:
                 self.first_audio_at = time.perf_counter()
-            piece = SpokenPiece(self.requests[index].text, wav, self.audio_samples)
+            text = self.requests[index].text
+            words = self.model.words(wav, text, self.language) if self.word_timings and self.model.word_timings else None
+            piece = SpokenPiece(text, wav, self.audio_samples, words)
             self.audio_samples += len(wav)
             index += 1
             yield piece

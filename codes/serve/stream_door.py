@@ -3,7 +3,7 @@ piece of text is heard, and barge-in. The messages are in docs/agents.md.
 
     client -> server (JSON text frames)             server -> client
     {"type": "start", "voice": ..., ...}            binary frames: s16le, 24 kHz, mono
-    {"type": "text", "text": "..."}                 {"type": "timing", "text", "start", "end"}
+    {"type": "text", "text": "..."}                 {"type": "timing", "text", "start", "end", "words"?}
     {"type": "flush"}                               {"type": "cancelled"}
     {"type": "cancel"}                              {"type": "done"}, and the server closes
     {"type": "end"}                                 {"type": "error", "error": {...}}, and it closes
@@ -208,11 +208,13 @@ class SpeechSocket:
         """The utterance's audio in binary frames, each piece's timing after its audio, then done."""
         try:
             async with speaking:
-                async for piece in speaking.spoken():
-                    audio = pcm16(piece.wav, SAMPLE_RATE)
+                async for heard in speaking.heard():
+                    if isinstance(heard, dict):  # a piece's timing (its words, where asked), after its audio
+                        await self._send({"type": "timing", **heard})
+                        continue
+                    audio = pcm16(heard.wav, SAMPLE_RATE)
                     for start in range(0, len(audio), 2 * FRAME_SAMPLES):
                         await self._send(audio[start:start + 2 * FRAME_SAMPLES])
-                    await self._send({"type": "timing", **piece.timing()})
             if speaking.completed:
                 await self._send({"type": "done"})
                 await self._close(1000)

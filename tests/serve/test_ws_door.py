@@ -123,6 +123,16 @@ def test_text_three_characters_at_a_time_speaks_what_the_whole_text_does(server)
     assert len(lines) == 2 and {line["status"] for line in lines} == {"ok"}
 
 
+def test_word_timings_asked_of_a_build_without_a_recogniser_keep_chunk_timings(server):
+    defaults = httpx.get(f"{server.url}/v1/audio/defaults", headers={"Authorization": f"Bearer {KEY}"},
+                         timeout=WAIT).json()
+    assert defaults["word_timings"] is False  # tests/serve/test_word_timings.py has a build that aligns
+    audio, events = spoken(server, ["Turn on the lights."], {**START, "word_timings": True})
+    found = timings(events)
+    check_timings(found, len(audio) // 2, "Turn on the lights.")
+    assert all("words" not in timing for timing in found)
+
+
 def test_flush_speaks_what_is_pending_without_a_sentence_end(server):
     with opened(server) as ws:
         ws.send(json.dumps(START))

@@ -1,0 +1,123 @@
+"""Word timings on the server's doors (issue 44): the stream door's `timing` events, SSE's
+`speech.audio.timing` and MCP's `timings` carry `words` when a request asks and the build aligns, each word
+measured by the recogniser on the piece's own audio (never spread by letter count), and a piece's audio
+goes out before its words are known. Through the official clients (websockets, httpx, the mcp SDK), on the
+tiny build with a tiny-whisper recogniser made with word timings."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import httpx
+import numpy as np
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from websockets.sync.client import connect
+
+from helpers.serving import RATE, Server
+from helpers.synthesis_inputs import ASR_BUILD
+
+WAIT = 300
+REPLY = "Sure, the lights are on now. Anything else I can do for you today?"
+START = {"type": "start", "voice": "alloy", "num_steps": 4, "seed": 11, "language": "en", "word_timings": True}
+
+
+@pytest.fixture(scope="module")
+def asr_build(builds):
+    return builds.get(*ASR_BUILD)
+
+
+@pytest.fixture(scope="module")
+def server(asr_build, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("words")
+    srv = Server(asr_build, folder / "voices", folder / "server.log")
+    srv.ws_url = srv.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def tts(asr_build):
+    from codes.runtime.synthesis import OmniVoiceOnnx
+
+    return OmniVoiceOnnx(asr_build, threads=1)
+
+
+def stream(srv: Server, start: dict, text: str) -> list:
+    """The stream door's messages in order: bytes for audio frames, dicts for the rest."""
+    messages = []
+    with connect(srv.ws_url, open_timeout=WAIT) as ws:
+        ws.send(json.dumps(start))
+        ws.send(json.dumps({"type": "text", "text": text}))
+        ws.send(json.dumps({"type": "end"}))
+        while True:
+            message = ws.recv(timeout=WAIT)
+            messages.append(message if isinstance(message, bytes) else json.loads(message))
+            if isinstance(messages[-1], dict) and messages[-1]["type"] in ("done", "error"):
+                assert messages[-1]["type"] == "done", messages[-1]
+                return messages
+
+
+def check_words(timing: dict, audio: np.ndarray, tts) -> None:
+    """The piece's words lie in it, in order, and are the recogniser's own alignment of its audio (the
+    audio the client heard, 16-bit: within one 20 ms attention frame of the server's, which aligned the
+    float samples)."""
+    words = timing["words"]
+    assert words, timing
+    assert all(timing["start"] - 1e-3 <= w["start"] <= w["end"] <= timing["end"] + 1e-3 for w in words)
+    assert all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
+    first, last = round(timing["start"] * RATE), round(timing["end"] * RATE)
+    mine = tts.align_words(audio[first:last].astype(np.float32) / 32768, timing["text"], "en")
+    assert [w["word"] for w in words] == [w["word"] for w in mine]
+    for theirs, ours in zip(words, mine):
+        assert abs(theirs["start"] - (timing["start"] + ours["start"])) <= 0.021
+        assert abs(theirs["end"] - (timing["start"] + ours["end"])) <= 0.021
+
+
+def test_the_stream_doors_timings_carry_each_words_time_after_its_audio(server, tts):
+    messages = stream(server, START, REPLY)
+    audio = np.frombuffer(b"".join(m for m in messages if isinstance(m, bytes)), np.int16)
+    timings = [m for m in messages if isinstance(m, dict) and m["type"] == "timing"]
+    assert len(timings) >= 2 and " ".join(t["text"] for t in timings) == REPLY
+    heard = 0  # samples received before each timing: its own piece's audio came first
+    for message in messages:
+        if isinstance(message, bytes):
+            heard += len(message) // 2
+        elif message["type"] == "timing":
+            assert heard >= round(message["end"] * RATE)
+            check_words(message, audio, tts)
+    spoken = " ".join(w["word"] for t in timings for w in t["words"])
+    assert spoken.split() == REPLY.split()  # every word written, each once, punctuation on its word
+    plain = stream(server, {**START, "word_timings": False}, REPLY)  # not asked: chunk timings, the same audio
+    assert all("words" not in m for m in plain if isinstance(m, dict) and m["type"] == "timing")
+    assert b"".join(m for m in plain if isinstance(m, bytes)) == audio.tobytes()
+
+
+def test_sse_timings_and_mcp_timings_carry_words_and_defaults_say_so(server, tts):
+    assert httpx.get(f"{server.url}/v1/audio/defaults", timeout=WAIT).json()["word_timings"] is True
+    body = {"model": "omnivoice", "input": REPLY, "voice": "alloy", "response_format": "pcm", "stream_format": "sse",
+            "num_steps": 4, "seed": 11, "language": "en", "word_timings": True}
+    events = []
+    with httpx.stream("POST", f"{server.url}/v1/audio/speech", json=body, timeout=WAIT) as response:
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    audio = np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"),
+                          np.int16)
+    timings = [e for e in events if e["type"] == "speech.audio.timing"]
+    assert timings and events[-1]["type"] == "speech.audio.done"
+    for timing in timings:
+        check_words(timing, audio, tts)
+
+    async def mcp_timings():
+        async with Client(streamable_http_client(f"{server.url}/mcp")) as client:
+            result = await client.call_tool("speak", {"text": REPLY, "num_steps": 4, "seed": 11, "language": "en",
+                                                      "response_format": "pcm", "timings": True, "word_timings": True})
+            return result.content
+
+    audio_content, _, timings_content = asyncio.run(mcp_timings())
+    mcp_audio = np.frombuffer(base64.b64decode(audio_content.data), np.int16)
+    mcp_timings = json.loads(timings_content.text)["timings"]
+    assert [t["words"] for t in mcp_timings] == [t["words"] for t in timings]  # one request's words, any door
+    assert mcp_audio.tobytes() == audio.tobytes()
