@@ -9,9 +9,14 @@ SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: setup browser demo test test-durations clean
 
-$(STAMP): requirements.txt requirements-runtime.txt
+# The agent plugins are installed packages (not the checkout's files): a change to them is installed again.
+PLUGINS := $(wildcard integrations/*/pyproject.toml integrations/livekit/livekit/plugins/omnivoice/*.py \
+                      integrations/pipecat/pipecat_omnivoice/*.py)
+
+$(STAMP): requirements.txt requirements-runtime.txt $(PLUGINS)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps --force-reinstall ./integrations/livekit ./integrations/pipecat
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -32,6 +32,7 @@ from pipecat.workers.runner import WorkerRunner
 from pipecat_omnivoice import OmniVoiceTTSService
 
 from helpers.serving import RATE, Server
+from helpers.synthesis_inputs import ASR_BUILD
 
 KEY = "plugin-key"
 REPLY = "Sure, I turned on the kitchen lights. The living room stays dark, as you asked. Anything else?"
@@ -154,9 +155,9 @@ class Recorder(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-async def in_pipeline(srv: Server, script) -> list[Frame]:
+async def in_pipeline(srv: Server, script, **options) -> list[Frame]:
     """Run the service in a pipeline; `script(worker, recorder)` drives it; every frame that came out."""
-    service = OmniVoiceTTSService(base_url=srv.url, api_key=KEY, voice="alloy", num_steps=4, seed=5)
+    service = OmniVoiceTTSService(base_url=srv.url, api_key=KEY, voice="alloy", num_steps=4, seed=5, **options)
     recorder = Recorder()
     worker = PipelineWorker(Pipeline([service, recorder]), params=PipelineParams(audio_out_sample_rate=RATE),
                             cancel_on_idle_timeout=False)
@@ -188,6 +189,48 @@ def test_pipecat_speaks_a_reply_with_word_timestamps(server):
     assert " ".join(frame.text.strip() for frame in words) == REPLY
     stamps = [frame.pts for frame in words]
     assert all(a < b for a, b in zip(stamps, stamps[1:]))  # timed piece by piece, in order
+
+
+@pytest.fixture(scope="module")
+def aligning(builds, tmp_path_factory):
+    """A server whose build's recogniser times words."""
+    folder = tmp_path_factory.mktemp("aligning")
+    srv = Server(builds.get(*ASR_BUILD), folder / "voices", folder / "server.log", "--api-key", KEY,
+                 "--num-steps", "4")
+    yield srv
+    srv.stop()
+
+
+def test_livekit_word_timings_give_the_transcript_word_by_word(aligning):
+    async def speak():
+        async with aiohttp.ClientSession() as session:
+            voice = omnivoice.TTS(base_url=aligning.url, api_key=KEY, voice="alloy", num_steps=4, seed=5,
+                                  language="en", word_timings=True, http_session=session)
+            async with voice.stream() as stream:
+                stream.push_text(REPLY)
+                stream.end_input()
+                return [event async for event in stream]
+
+    frames = [event.frame for event in run(speak())]
+    timed = [text for frame in frames for text in frame.userdata.get(USERDATA_TIMED_TRANSCRIPT, [])]
+    assert [text.strip() for text in timed] == REPLY.split()  # one TimedString a word, punctuation on its word
+    assert all(text.end_time >= text.start_time for text in timed)
+    assert all(a.start_time <= b.start_time for a, b in zip(timed, timed[1:]))
+    assert timed[-1].end_time <= sum(frame.samples_per_channel for frame in frames) / RATE
+
+
+def test_pipecat_word_timings_give_each_word_its_own_timestamp(aligning):
+    async def reply(worker, recorder):
+        await worker.queue_frame(LLMFullResponseStartFrame())
+        await worker.queue_frame(LLMTextFrame(REPLY))
+        await worker.queue_frame(LLMFullResponseEndFrame())
+        await recorder.event(TTSStoppedFrame).wait()
+
+    frames = run(in_pipeline(aligning, reply, language="en", word_timings=True))
+    words = [frame for frame in frames if isinstance(frame, TTSTextFrame)]
+    assert [frame.text.strip() for frame in words] == REPLY.split()
+    stamps = [frame.pts for frame in words]
+    assert all(a <= b for a, b in zip(stamps, stamps[1:]))
 
 
 def test_pipecat_interruption_stops_the_audio_and_cancels_on_the_server(server):

@@ -5,7 +5,8 @@ messages): its text goes as Pipecat aggregates it (a sentence, then `flush` so i
 token mode the tokens as they come), the reply's end sends `end`, and an interruption sends `cancel`, after
 which the connection, still open with the same fields, takes the next reply without a new handshake. Audio
 frames become TTSAudioRawFrames of the context, and each `timing` goes to add_word_timestamps as
-(text, start), so TTSTextFrames follow the audio piece by piece. A connection speaks one utterance at a
+(word, start) for each of its words where the server timed them (word_timings=True), else as (text, start),
+so TTSTextFrames follow the audio word by word or piece by piece. A connection speaks one utterance at a
 time: a context that starts while another is still being spoken waits for its `done`.
 """
 
@@ -46,16 +47,19 @@ class OmniVoiceTTSService(WebsocketTTSService):
 
     def __init__(self, *, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None, voice: str = "alloy",
                  language: Language | str | None = None, instructions: str | None = None, speed: float | None = None,
-                 num_steps: int | None = None, seed: int | None = None, **kwargs):
+                 num_steps: int | None = None, seed: int | None = None, word_timings: bool = False, **kwargs):
         """base_url: the server; api_key: its --api-key (default: $OMNIVOICE_API_KEY); voice: a built-in
-        name or a saved voice's id; the rest as the speech API's fields of the same names."""
+        name or a saved voice's id; word_timings: each word's own timestamp (the server aligns each piece with
+        its recogniser: one pass a piece, so off unless asked), else each piece's; the rest as the speech API's
+        fields of the same names."""
         kwargs.setdefault("stop_frame_timeout_s", STOP_FRAME_TIMEOUT_S)
         super().__init__(push_text_frames=False, push_start_frame=True, sample_rate=SAMPLE_RATE,
                          settings=TTSSettings(model="omnivoice", voice=voice, language=language), **kwargs)
         self._url = stream_url(base_url)
         self._api_key = api_key or os.environ.get("OMNIVOICE_API_KEY")
         self._fields = {name: value for name, value in {"instructions": instructions, "speed": speed,
-                                                        "num_steps": num_steps, "seed": seed}.items()
+                                                        "num_steps": num_steps, "seed": seed,
+                                                        "word_timings": word_timings or None}.items()
                         if value is not None}
         self._receive_task: asyncio.Task | None = None
         self._context_id: str | None = None  # the utterance the connection is speaking
@@ -180,7 +184,9 @@ class OmniVoiceTTSService(WebsocketTTSService):
         elif self._cancelling or not context_id:
             return  # the cancelled utterance's last words
         elif kind == "timing":  # a piece of text and when it is heard, measured by the server
-            await self.add_word_timestamps([(event["text"], event["start"])], context_id)
+            words = event.get("words")  # each word's own time, where the server timed them
+            pairs = [(word["word"], word["start"]) for word in words] if words else [(event["text"], event["start"])]
+            await self.add_word_timestamps(pairs, context_id)
         elif kind == "done":
             await self.append_to_audio_context(context_id, TTSStoppedFrame(context_id=context_id))
             await self.remove_audio_context(context_id)

@@ -2,7 +2,8 @@
 
 One WebSocket per SynthesizeStream (docs/agents.md has the messages): push_text sends `text`, flush sends
 `flush`, end_input sends `end`; audio frames (s16le, 24 kHz, mono) go to the AudioEmitter as they come, and
-each `timing` becomes a TimedString with its start and end, LiveKit's aligned transcript. A stream closed
+each `timing` becomes TimedStrings with their start and end, LiveKit's aligned transcript: one a word where
+the server timed the words (word_timings=True, on a server whose build aligns), else one a piece of text. A stream closed
 before `done` (the agent was interrupted) sends `cancel` first, so the server drops the rest at once.
 """
 
@@ -44,16 +45,18 @@ def stream_url(base_url: str) -> str:
 class TTS(tts.TTS):
     def __init__(self, *, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None, voice: str = "alloy",
                  language: str | None = None, instructions: str | None = None, speed: float | None = None,
-                 num_steps: int | None = None, seed: int | None = None,
+                 num_steps: int | None = None, seed: int | None = None, word_timings: bool = False,
                  http_session: aiohttp.ClientSession | None = None) -> None:
         """base_url: the server (serve.py); api_key: its --api-key (default: $OMNIVOICE_API_KEY); voice: a
-        built-in name or a saved voice's id; the rest as the speech API's fields of the same names."""
+        built-in name or a saved voice's id; word_timings: the transcript word by word, each word when it is
+        heard (the server aligns each piece with its recogniser: one pass a piece, so off unless asked); the
+        rest as the speech API's fields of the same names."""
         super().__init__(capabilities=tts.TTSCapabilities(streaming=True, aligned_transcript=True),
                          sample_rate=SAMPLE_RATE, num_channels=1)
         self._url = stream_url(base_url)
         self._api_key = api_key or os.environ.get("OMNIVOICE_API_KEY")
         fields = {"voice": voice, "language": language, "instructions": instructions, "speed": speed,
-                  "num_steps": num_steps, "seed": seed}
+                  "num_steps": num_steps, "seed": seed, "word_timings": word_timings or None}
         self._start = {"type": "start", **{name: value for name, value in fields.items() if value is not None}}
         self._session = http_session
 
@@ -135,8 +138,9 @@ class OmniVoiceStream(tts.SynthesizeStream):
                 raise APIConnectionError(f"the server closed the stream before done (code {ws.close_code})")
             event = json.loads(message.data)
             if event["type"] == "timing":  # a piece of text and when it is heard, measured by the server
-                output_emitter.push_timed_transcript(TimedString(event["text"] + " ", start_time=event["start"],
-                                                                 end_time=event["end"]))
+                for heard in event.get("words") or [event]:  # its words, where the server timed them
+                    output_emitter.push_timed_transcript(TimedString(heard.get("word", heard.get("text")) + " ",
+                                                                     start_time=heard["start"], end_time=heard["end"]))
             elif event["type"] == "done":
                 return
             elif event["type"] == "error":
