@@ -121,3 +121,31 @@ def test_sse_timings_and_mcp_timings_carry_words_and_defaults_say_so(server, tts
     mcp_timings = json.loads(timings_content.text)["timings"]
     assert [t["words"] for t in mcp_timings] == [t["words"] for t in timings]  # one request's words, any door
     assert mcp_audio.tobytes() == audio.tobytes()
+
+
+def test_the_playground_highlights_each_word_as_it_is_heard(server):
+    from playwright.sync_api import expect
+
+    from helpers.browser import Visit, chromium
+
+    with chromium() as browser:
+        visit = Visit(browser, server.url, None)
+        try:
+            page = visit.page
+            expect(page.get_by_role("combobox", name="Voice", exact=True)).to_have_value("alloy")
+            page.get_by_role("textbox", name="Text", exact=True).fill(REPLY)
+            page.get_by_role("spinbutton", name="Steps", exact=True).fill("4")
+            with page.expect_request(lambda request: request.url.endswith("/v1/audio/speech")) as sent:
+                page.get_by_role("button", name="Speak", exact=True).click()
+            assert sent.value.post_data_json["word_timings"] is True  # the server said it times words
+            expect(page.get_by_role("link", name="Download", exact=True)).to_be_visible()
+            words = page.get_by_label("Words heard").locator("span")
+            expect(words).to_have_count(len(REPLY.split()))
+            assert words.all_inner_texts() == REPLY.split()
+            page.get_by_label("Speech", exact=True).evaluate("audio => { audio.currentTime = 0; audio.play(); }")
+            for index in (0, len(REPLY.split()) - 1):  # each word is marked while it is heard
+                expect(words.nth(index)).to_have_attribute("aria-current", "true")
+            expect(page.get_by_role("alert")).to_have_text("")
+            assert visit.errors == []
+        finally:
+            visit.close()

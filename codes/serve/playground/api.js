@@ -123,12 +123,14 @@ async function* eventsOf(response) {
 }
 
 // POST /v1/audio/speech with stream_format "sse": calls onAudio(bytes) with each speech.audio.delta's
-// audio as it arrives (one piece of the text each) and resolves with the done event's usage; an
-// `error` event (a failure after the first audio) rejects with its message.
-export async function speakStream(request, onAudio, signal) {
+// audio as it arrives (one piece of the text each), onTiming(timing) with each piece's timing (its words too,
+// where asked), and resolves with the done event's usage; an `error` event (a failure after the first audio)
+// rejects with its message.
+export async function speakStream(request, onAudio, signal, onTiming = () => {}) {
   const response = await call("POST", "/v1/audio/speech", { ...request, stream_format: "sse" }, signal);
   for await (const event of eventsOf(response)) {
     if (event.type === "speech.audio.delta") onAudio(fromBase64(event.audio));
+    else if (event.type === "speech.audio.timing") onTiming(event);
     else if (event.type === "speech.audio.done") return event.usage;
     else if (event.type === "error") throw new ApiError(500, event.error.message, event.error.code);
   }

@@ -17,6 +17,8 @@ let recording = null; // {recorder, startedAt, timer} while the microphone recor
 let recorded = null; // the last recording: {blob, filename}
 let languageIds = null; // a language's name or id, lower case -> its id, once the server has listed them
 let transcribes = false; // the server transcribes clips sent without their transcript (GET /v1/audio/defaults)
+let wordTimings = false; // the server times each word it speaks (GET /v1/audio/defaults): the page highlights them
+let highlighting = null; // the animation frame that follows the player's clock over the words
 let keyTimer = null; // a reload of what the key opens, shortly after the typing stops
 
 // --- errors and the key -----------------------------------------------------------------------
@@ -133,6 +135,7 @@ async function loadLanguages() {
   $("postprocess").checked = defaults.postprocess_output;
   $("normalize").checked = defaults.normalize_text;
   transcribes = defaults.transcribes_clips === true;  // the build has a recogniser: a clip may come alone
+  wordTimings = defaults.word_timings === true;
   $("transcript-hint").hidden = !transcribes;
   if (transcribes) $("transcript").setAttribute("aria-describedby", "transcript-hint");
   else $("transcript").removeAttribute("aria-describedby");
@@ -218,7 +221,42 @@ function speechRequest(format) {
   }
   const instructions = $("instructions").value.trim();
   if (instructions) request.instructions = instructions;
+  if (wordTimings) request.word_timings = true;
   return request;
+}
+
+// --- words, highlighted as they are heard -------------------------------------------------------
+
+// A piece's words, as the server timed them, each a span that says when it is heard.
+function showWords(timing) {
+  for (const word of timing.words || []) {
+    const span = Object.assign(document.createElement("span"), { textContent: word.word });
+    span.dataset.start = word.start;
+    span.dataset.end = word.end;
+    $("words").append(span, " ");
+  }
+  $("words").hidden = !$("words").children.length;
+}
+
+// Marks the word being heard (aria-current), following the player's clock until it stops. A word stays
+// marked until the next one starts (a pause after it keeps it lit; a word aligned to one instant still shows).
+const LAST_WORD_SECONDS = 0.25;
+
+function followWords(current) {
+  cancelAnimationFrame(highlighting);
+  const tick = () => {
+    const at = current.position();
+    const spans = [...$("words").children];
+    spans.forEach((span, i) => {
+      const start = Number(span.dataset.start);
+      const until = i + 1 < spans.length ? Number(spans[i + 1].dataset.start)
+        : Math.max(Number(span.dataset.end), start + LAST_WORD_SECONDS);
+      if (at >= start && at < Math.max(until, Number(span.dataset.end))) span.setAttribute("aria-current", "true");
+      else span.removeAttribute("aria-current");
+    });
+    if (player === current) highlighting = requestAnimationFrame(tick);
+  };
+  highlighting = requestAnimationFrame(tick);
 }
 
 $("speak-form").addEventListener("submit", (event) => {
@@ -240,12 +278,15 @@ function speak(extra, button) {
       const total = sentenceCount(request.input);
       let pieces = 0;
       showProgress(0, total, `0 of ${total} sentences`);
+      $("words").replaceChildren();
+      $("words").hidden = true;
+      followWords(player);
       await speakStream(request, (bytes) => {
         player.push(bytes);
         pieces += 1;
         const done = Math.min(pieces, total - 1); // the last one is done only when the server says so
         showProgress(done, total, `${done} of ${total} sentences, ${player.received()}`);
-      });
+      }, undefined, showWords);
       showProgress(total, total, `${total} of ${total} sentences, ${player.received()}: playing`);
       const link = $("download");
       link.href = await player.finish();

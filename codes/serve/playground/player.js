@@ -25,6 +25,7 @@ export class StreamPlayer {
     this.output = this.context.createMediaStreamDestination();
     this.pieces = [];
     this.nextAt = 0;
+    this.firstAt = null; // the context's time the first piece starts playing at
     this.playing = 0;
     this.ended = false;
     this.whenPlayed = new Promise((resolve) => { this.played = resolve; });
@@ -47,6 +48,7 @@ export class StreamPlayer {
     source.buffer = buffer;
     source.connect(this.output);
     this.nextAt = Math.max(this.nextAt, this.context.currentTime + LEAD);
+    if (this.firstAt === null) this.firstAt = this.nextAt;
     source.start(this.nextAt);
     this.nextAt += buffer.duration;
     this.playing += 1;
@@ -71,6 +73,12 @@ export class StreamPlayer {
 
   settle() {
     if (this.ended && this.playing === 0) this.played();
+  }
+
+  // Seconds of the result heard so far: the context's clock while it streams, then the finished file's.
+  position() {
+    if (this.context && this.firstAt !== null) return Math.max(0, this.context.currentTime - this.firstAt);
+    return this.audio.currentTime;
   }
 
   received() {
@@ -150,6 +158,10 @@ export class EncodedPlayer {
     this.audio.src = this.url;
     if (playing) this.audio.play().catch(() => {}); // it could not play while it streamed: it plays now
     return this.url;
+  }
+
+  position() {
+    return this.audio.currentTime;
   }
 
   received() {
