@@ -152,7 +152,8 @@ def settle_cues(segments: list[Segment], overlap: str, source: str) -> list[Segm
     settled = []
     for index, segment in enumerate(ordered):
         following = ordered[index + 1] if index + 1 < len(ordered) else None
-        end = segment.start + segment.duration
+        # The decimal sum the file means: as floats 0.1 + 0.2 is 0.30000000000000004, past a cue that starts at 0.3.
+        end = round(segment.start + segment.duration, 6)
         if following is not None and following.start < end and overlap != "mix":
             if overlap == "error" or following.start <= segment.start:
                 fixes = "--overlap mix" if overlap == "trim" else "--overlap trim|mix"
