@@ -7,6 +7,7 @@
   python inference.py --model_dir DIR --jsonl lines.jsonl --output out_folder/
   python inference.py --model_dir DIR --script dialogue.txt --speaker Alice=alice.npz --speaker "Bob=instruct:male" \
       --output dialogue.wav --captions dialogue.srt          # or an .srt/.vtt dubbed cue by cue (docs/scripts.md)
+  python inference.py --model_dir DIR --text "..." --output out.wav --captions out.vtt --caption_words   # word timings
 """
 
 from __future__ import annotations
@@ -53,10 +54,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     script.add_argument("--overlap", choices=("error", "trim", "mix"),
                         help="overlapping cues: refused (default), the earlier ends where the later starts, or both "
                              "spoken over each other")
-    script.add_argument("--captions", type=Path, help="also write captions (.srt or .vtt) at the speech's sample offsets")
     script.add_argument("--stems", type=Path, help="also write one track per speaker into this folder (made if missing)")
     script.add_argument("--max_batch", type=int, help="segments sharing each decoding step (default: 1 on the CPU, "
                                                       "where a shared step costs its padding, 8 on CUDA)")
+    captions = p.add_argument_group("captions (--script, or --text alone)")
+    captions.add_argument("--captions", type=Path, help="also write captions (.srt or .vtt): each segment's speech at its "
+                                                        "sample offsets in the output")
+    captions.add_argument("--caption_words", action="store_true",
+                          help="word-level --captions, each word timed by the build's recogniser (optimize.py "
+                               "--include-asr): an SRT cue per word, a VTT cue per segment with a timestamp per word")
     p.add_argument("--output", type=Path, default=Path("output.wav"), help="WAV file (or folder for batches)")
     p.add_argument("--float_wav", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
     p.add_argument("--codes_out", type=Path, help="also save the generated codes [8,T] int64 (.npy; batches: a folder)")
@@ -94,15 +100,22 @@ def main(argv=None) -> int:
     from codes.runtime.decoding import item_noises
     from codes.runtime.manifest import find_builds
     from codes.runtime.outputs import check_output_path, save_codes, write_audio
+    from codes.runtime.script import caption_words, check_outputs, utterance_caption
+    from codes.runtime.script.render import write_captions
+    from codes.runtime.script.speakers import DEFAULT_SPEAKER
     from codes.runtime.synthesis import OmniVoiceOnnx, Voice
 
     settings = settings_from_flags(args)
+    if args.caption_words and args.captions is None:
+        raise UserError("--caption_words makes --captions word level; give --captions FILE.srt or FILE.vtt")
     if args.script is not None:
         return _speak_script(args, settings)
-    given = [flag for flag in ("script_format", "speaker", "gap", "overlap", "captions", "stems", "max_batch")
+    given = [flag for flag in ("script_format", "speaker", "gap", "overlap", "stems", "max_batch")
              if getattr(args, flag) is not None]
     if given:
         raise UserError(f"--{given[0]} goes with --script")
+    if args.captions is not None and args.text is None:
+        raise UserError("--captions goes with --script or --text (one utterance, a one-segment track)")
     if args.ref_audio and args.voice:
         raise UserError("give either --ref_audio (with its --ref_text, if any) or --voice, not both")
     if args.ref_text and not args.ref_audio:
@@ -125,12 +138,16 @@ def main(argv=None) -> int:
         raise UserError(f"--save_voice {args.save_voice} exists; give a new file name (a voice is never saved over a file)")
     if args.save_voice and not (args.ref_audio or args.voice):
         raise UserError("--save_voice saves the voice of --ref_audio or of --voice; give one")
+    if args.captions is not None:
+        check_outputs(args.output, args.captions)
 
     voice = Voice.load(args.voice) if args.voice else None  # a bad voice file fails before the model loads
 
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads,
                         backbone=args.backbone, asr_dir=args.asr_dir)
+    if args.caption_words:
+        tts.check_word_timings()  # before any work
     if args.ref_audio:
         voice = tts.create_voice(args.ref_audio, args.ref_text, settings.preprocess_prompt)
     if args.save_voice:
@@ -158,9 +175,18 @@ def main(argv=None) -> int:
     for batch, batch_requests in zip(batches, requests):
         noises = item_noises(args.seed, len(batch), first=batch.start)  # a line sounds the same in any batch
         audios, codes = tts.synthesize(batch_requests, settings, noises, progress)
-        for i, wav, item_codes in zip(batch, audios, codes):
+        for i, wav, item_codes, request in zip(batch, audios, codes, batch_requests):
             job, codes_path = jobs[i], codes_paths[i]
+            # --text's captions, made before anything is written: the utterance is a one-segment track.
+            caption = None if args.captions is None else utterance_caption(
+                job.text, len(wav), int(settings.pad_duration * tts.sample_rate), DEFAULT_SPEAKER)
+            if args.caption_words:
+                caption = caption_words(tts, caption, wav, 0, request.text, request.lang, tts.sample_rate)
             write_audio(job.output, wav, tts.sample_rate, args.float_wav)
+            if caption is not None:
+                write_captions(args.captions, [caption], tts.sample_rate)
+                if not args.quiet:
+                    print(f"wrote {args.captions}", file=sys.stderr)
             audio_seconds += len(wav) / tts.sample_rate
             if codes_path:
                 save_codes(codes_path, item_codes)
@@ -185,7 +211,7 @@ def _speak_script(args, settings) -> int:
         raise UserError(f"--max_batch must be >= 1, got {args.max_batch}")
     speakers = parse_speakers(args.speaker or ())
     script = read_script(args.script, args.script_format, speakers, args.overlap or "error")
-    check_outputs(args.output, args.captions, args.stems, speakers or [DEFAULT_SPEAKER])
+    check_outputs(args.output, args.captions, args.stems, speakers or [DEFAULT_SPEAKER], args.script)
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads,
                         backbone=args.backbone, asr_dir=args.asr_dir)
@@ -196,7 +222,8 @@ def _speak_script(args, settings) -> int:
     start = time.perf_counter()
     rendered = speak_script(tts, script, speakers, gap=args.gap or 0.0, seed=args.seed, language=args.language,
                             speed=args.speed, normalize_text=args.normalize_text, postprocess=postprocess,
-                            max_batch=args.max_batch, settings=settings, on_progress=bar)
+                            max_batch=args.max_batch, settings=settings, on_progress=bar,
+                            caption_words=args.caption_words)
     elapsed, seconds = time.perf_counter() - start, len(rendered.audio) / rendered.sample_rate
     for path in write_outputs(rendered, args.output, args.captions, args.stems, args.float_wav):
         if not args.quiet:

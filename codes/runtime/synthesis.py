@@ -258,6 +258,15 @@ class OmniVoiceOnnx:
         except UserError:
             return False
 
+    def check_word_timings(self) -> None:
+        """The one-line UserError align_words gives where it cannot run, for a caller to raise before any work."""
+        if self.has_word_timings:
+            return
+        if self.has_recogniser:
+            raise UserError(NO_ALIGNMENT.format(folder=self.recogniser_dir()))
+        raise UserError(f"{self.manifest.folder} has no recogniser, which word timings need: build one with "
+                        "`python optimize.py --include-asr` (or point asr_dir at a build holding one)")
+
     def align_words(self, wav_24k: np.ndarray, text: str, language: str | None = None,
                     written: str | None = None) -> list[dict]:
         """When each word of `text` is heard in `wav_24k` (24 kHz, as generate returns it):
@@ -271,11 +280,7 @@ class OmniVoiceOnnx:
         built for word timings, is a UserError. Pure computation on ONNX Runtime sessions: a server calls it
         from an executor thread, one chunk (its audio, text and language) at a time, and gets times
         relative to that chunk."""
-        if not self.has_word_timings:
-            if self.has_recogniser:
-                raise UserError(NO_ALIGNMENT.format(folder=self.recogniser_dir()))
-            raise UserError(f"{self.manifest.folder} has no recogniser, which word timings need: build one with "
-                            "`python optimize.py --include-asr` (or point asr_dir at a build holding one)")
+        self.check_word_timings()
         recogniser = self.load_recogniser()
         code = resolve_language(language)
         code = code if code is not None and recogniser.knows_language(code) else None

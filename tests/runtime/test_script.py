@@ -289,6 +289,8 @@ BAD = {
     "gap with cues": ("dub.srt", "00:00:01,000 --> 00:00:02,000\nOne.\n", ("--gap", "0.5"), "--gap is for text scripts"),
     "a single-text voice flag": ("d.txt", "Hi.\n", ("--instruct", "female"), "--instruct does not go with --script"),
     "captions of no format": ("d.txt", "Hi.\n", ("--captions", "{tmp}/c.txt"), "needs .srt or .vtt"),
+    "captions over the script": ("dub.srt", "00:00:01,000 --> 00:00:02,000\nOne.\n", ("--captions", "{script}"),
+                                 "is the script itself"),
     "a stem over the mix": ("d.txt", "Hi.\n", ("--speaker", "out=auto", "--captions", "{tmp}/out.srt", "--stems",
                                                "{tmp}"), "which is another output"),
     "a speaker without a voice": ("d.txt", "Hi.\n", ("--speaker", "Alice"), "needs NAME=VOICE"),

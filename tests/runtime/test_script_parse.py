@@ -85,6 +85,9 @@ def test_overlapping_cues_are_refused_naming_both_unless_trimmed_or_mixed():
     assert [(s.start, s.duration) for s in mixed] == [(1.0, 2.0), (2.5, 1.5)]
     same_start = srt.replace("00:00:02,500", "00:00:01,000")
     assert "--overlap mix" in refused(same_start, "srt", overlap="trim")
+    # Cues that abut are no overlap, where the float sum of start and length is past the next start (0.1 + 0.2).
+    abutting = "00:00:00,100 --> 00:00:00,300\nOne.\n\n00:00:00,300 --> 00:00:00,500\nTwo.\n"
+    assert [(s.start, s.duration) for s in parse_script(abutting, "srt").segments] == [(0.1, 0.2), (0.3, 0.2)]
 
 
 def test_a_cue_too_short_for_its_text_is_named_in_a_warning_never_cut():

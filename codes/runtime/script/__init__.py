@@ -12,7 +12,11 @@ plan with its own engine):
               (settled Requests, seeds, timeline slots); ScriptRun(plan, tts).take_jobs() / finish_job()
               hand out work items as their inputs (a speaker's reference, a chunk before) are known
     assemble  Timeline(plan).add(index, wav) -> the mix's next final samples, in timeline order;
-              finish() -> RenderedScript (mix, stems, captions); caption_text(captions, "srt"|"vtt", rate)
+              finish() -> RenderedScript (mix, stems, captions, each piece's audio)
+    words     align_captions(tts, plan, rendered) -> list[Caption] with Caption.words (words.py: each piece's
+              own audio aligned with the text it spoke, times in samples on the track); caption_words(...) for
+              one caption as its piece is placed; tts.check_word_timings() first refuses a build without them
+    write     caption_text(captions, "srt"|"vtt", rate): segment level, or word level where captions have words
 
 The runtime's driver, render_plan, runs a plan on a StepEngine; speak_script is all of it in one call.
 """
@@ -23,9 +27,10 @@ from codes.runtime.script.plan import ScriptPlan, ScriptRun, plan_script
 from codes.runtime.script.render import check_outputs, render_plan, speak_script, write_outputs
 from codes.runtime.script.speakers import SpeakerVoice, VoiceSpec, parse_speakers, resolve_speakers
 from codes.runtime.script.subtitles import caption_text
-from codes.runtime.script.timeline import Caption, RenderedScript, Timeline
+from codes.runtime.script.timeline import Caption, RenderedScript, Timeline, utterance_caption
+from codes.runtime.script.words import align_captions, caption_words
 
 __all__ = ["Break", "Caption", "RenderedScript", "Script", "ScriptBounds", "ScriptPlan", "ScriptRun", "Segment",
-           "SpeakerVoice", "Timeline", "VoiceSpec", "caption_text", "check_bounds", "check_outputs", "parse_script",
-           "parse_speakers", "plan_script", "read_script", "render_plan", "resolve_speakers", "speak_script",
-           "write_outputs"]
+           "SpeakerVoice", "Timeline", "VoiceSpec", "align_captions", "caption_text", "caption_words", "check_bounds",
+           "check_outputs", "parse_script", "parse_speakers", "plan_script", "read_script", "render_plan",
+           "resolve_speakers", "speak_script", "utterance_caption", "write_outputs"]

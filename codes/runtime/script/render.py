@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -21,6 +22,7 @@ from codes.runtime.script.plan import Job, ScriptPlan, ScriptRun, plan_script
 from codes.runtime.script.speakers import resolve_speakers
 from codes.runtime.script.subtitles import caption_text
 from codes.runtime.script.timeline import RenderedScript, Timeline
+from codes.runtime.script.words import align_captions
 from codes.common.fileio import atomic_path
 
 logger = logging.getLogger(__name__)
@@ -81,14 +83,17 @@ def speak_script(tts, script: Script | str | os.PathLike | None = None, speakers
                  overlap: str = "error", seed: int | None = None, language: str | None = None,
                  speed: float | None = None, normalize_text: bool = False, postprocess: bool | None = None,
                  max_batch: int | None = None, settings=None, on_progress=None, on_audio=None, order: str = "length",
-                 **settings_overrides) -> RenderedScript:
+                 caption_words: bool = False, **settings_overrides) -> RenderedScript:
     """A script spoken: `script` (a file's path, or a parsed Script) or `text` (a script's text, in
     script_format, default "text"), by `speakers` ({name: VOICE string, Voice or SpeakerVoice}, in order:
     the first speaks unmarked lines; none: one auto voice). Settings as OmniVoiceOnnx.generate takes them.
-    Returns the mix, the stems, the captions and each made voice (docs/scripts.md)."""
+    Returns the mix, the stems, the captions and each made voice (docs/scripts.md). caption_words: each
+    caption's words too (align_captions), on a build with word timings (refused before any work elsewhere)."""
     speakers = dict(speakers or {})
     if (script is None) == (text is None):
         raise UserError("give a script (a path or a Script) or its text, one of them")
+    if caption_words:
+        tts.check_word_timings()
     if text is not None:
         script = parse_script(text, script_format or "text", speakers, overlap)
     elif not isinstance(script, Script):
@@ -98,7 +103,8 @@ def speak_script(tts, script: Script | str | os.PathLike | None = None, speakers
     plan = plan_script(script, voices, tts, settings, seed, gap, postprocess, language, speed, normalize_text)
     for warning in plan.warnings:
         logger.warning(warning)
-    return render_plan(tts, plan, max_batch, on_progress, on_audio, order)
+    rendered = render_plan(tts, plan, max_batch, on_progress, on_audio, order)
+    return replace(rendered, captions=align_captions(tts, plan, rendered)) if caption_words else rendered
 
 
 # --- files ------------------------------------------------------------------------------------
@@ -109,9 +115,14 @@ def stem_paths(stems: Path, speakers, output: Path) -> dict[str, Path]:
     return {name: stems / f"{name}{output.suffix}" for name in speakers}
 
 
-def check_outputs(output: Path, captions: Path | None = None, stems: Path | None = None, speakers=()) -> None:
-    """Fail before any compute where an output cannot be written, or two would be one file."""
+def check_outputs(output: Path, captions: Path | None = None, stems: Path | None = None, speakers=(),
+                  script: Path | None = None) -> None:
+    """Fail before any compute where an output cannot be written, would be the script it is made from, or two
+    would be one file."""
     check_audio_output_path(output)
+    for flag, path in (("--output", output), ("--captions", captions)):
+        if script is not None and path is not None and path.resolve() == Path(script).resolve():
+            raise UserError(f"{flag} {path} is the script itself; write it to another file")
     if captions is not None:
         check_output_path(captions, "captions")
         if captions.suffix.lower() not in CAPTION_SUFFIXES:
@@ -129,15 +140,19 @@ def check_outputs(output: Path, captions: Path | None = None, stems: Path | None
                             "give --stems another folder")
 
 
+def write_captions(path: Path, captions, sample_rate: int) -> None:
+    """The captions as the file's extension says (.srt, .vtt), written whole."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(caption_text(captions, CAPTION_SUFFIXES[path.suffix.lower()], sample_rate), encoding="utf-8")
+
+
 def write_outputs(rendered: RenderedScript, output: Path, captions: Path | None = None, stems: Path | None = None,
                   float_wav: bool = False) -> list[Path]:
     """The mix, then the captions and each speaker's stem, each written whole; returns what was written."""
     written = [output]
     write_audio(output, rendered.audio, rendered.sample_rate, float_wav)
     if captions is not None:
-        with atomic_path(captions) as tmp:
-            tmp.write_text(caption_text(rendered.captions, CAPTION_SUFFIXES[captions.suffix.lower()],
-                                        rendered.sample_rate), encoding="utf-8")
+        write_captions(captions, rendered.captions, rendered.sample_rate)
         written.append(captions)
     if stems is not None:
         stems.mkdir(exist_ok=True)

@@ -152,7 +152,8 @@ def settle_cues(segments: list[Segment], overlap: str, source: str) -> list[Segm
     settled = []
     for index, segment in enumerate(ordered):
         following = ordered[index + 1] if index + 1 < len(ordered) else None
-        end = segment.start + segment.duration
+        # The decimal sum the file means: as floats 0.1 + 0.2 is 0.30000000000000004, past a cue that starts at 0.3.
+        end = round(segment.start + segment.duration, 6)
         if following is not None and following.start < end and overlap != "mix":
             if overlap == "error" or following.start <= segment.start:
                 fixes = "--overlap mix" if overlap == "trim" else "--overlap trim|mix"
@@ -191,19 +192,76 @@ def parse_vtt(data: bytes | str, speakers=(), overlap: str = "error", source: st
 
 
 def caption_text(captions, kind: str, sample_rate: int) -> str:
-    """Captions as an SRT ("srt") or WebVTT ("vtt") file: each segment at its speech's sample offsets
-    (codes/runtime/script/timeline.py Caption), rounded to the millisecond; VTT names the speaker in a
-    voice span. Word timings, where a caption has them, are for a later writer (docs/scripts.md)."""
+    """Captions as an SRT ("srt") or WebVTT ("vtt") file, at the sample offsets the captions hold
+    (codes/runtime/script/timeline.py Caption), rounded to the millisecond.
+
+    Segment level (Caption.words None, or () where nothing was aligned): one cue per caption, its speech; VTT
+    names the speaker in a voice span. Word level (words from align_captions):
+      - SRT: one cue per word, its start to its end, its text the word alone (no speaker), as openai-whisper's
+        SRT writer gives with word_timestamps and max_words_per_line=1; read back as a script, each word is
+        spoken in its slot. A cue needs a length, so a word of none (DTW may put several tokens on one frame)
+        joins the cue before it (the first: the one after), and a caption whose words span no time at all is
+        its segment's cue;
+      - VTT: one cue per caption in its voice span, a timestamp tag before each word (W3C WebVTT's karaoke
+        timing: `<00:00:01.250>word`), each tag after the cue's start, after the tag before it and before the
+        cue's end, as the spec asks (the first word, at the cue's start, needs none)."""
     if kind not in ("srt", "vtt"):
         raise UserError(f"captions are .srt or .vtt, got {kind!r}")
     separator = "," if kind == "srt" else "."
+
+    def millis(samples: int) -> int:
+        return round(samples * 1000 / sample_rate)
+
+    cues: list[tuple[int, int, str]] = []
+    for caption in captions:
+        start, end = millis(caption.start), millis(caption.end)
+        words = [(w["word"], millis(w["start"]), millis(w["end"])) for w in caption.words or ()]
+        if kind == "srt":
+            cues += _word_cues(words) or [(start, end, caption.text)]
+        else:
+            text = _karaoke(words, start, end, separator) if words else _vtt_escape(caption.text)
+            cues.append((start, end, f"<v {caption.speaker}>{text}"))
     blocks = ["WEBVTT\n"] if kind == "vtt" else []
-    for number, caption in enumerate(captions, 1):
-        start = format_timestamp(round(caption.start * 1000 / sample_rate), separator)
-        end = format_timestamp(round(caption.end * 1000 / sample_rate), separator)
-        text = caption.text if kind == "srt" else f"<v {caption.speaker}>{_vtt_escape(caption.text)}"
-        blocks.append(f"{number}\n{start} --> {end}\n{text}\n")
+    for number, (start, end, text) in enumerate(cues, 1):
+        blocks.append(f"{number}\n{format_timestamp(start, separator)} --> {format_timestamp(end, separator)}\n{text}\n")
     return "\n".join(blocks)
+
+
+# Scripts written without spaces between words (Thai, Lao, Myanmar, CJK punctuation, kana, Han, fullwidth forms):
+# openai-whisper splits them by character, and their characters join without a space again.
+_UNSPACED = re.compile("[\u0e00-\u0eff\u1000-\u109f\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+                       "\uff00-\uffef\U00020000-\U0003ffff]")
+
+
+def word_separator(before: str, after: str) -> str:
+    """What goes between two words as a caption shows them: nothing between two characters of a script
+    written without spaces, else a space."""
+    return "" if _UNSPACED.fullmatch(before[-1:]) and _UNSPACED.fullmatch(after[:1]) else " "
+
+
+def _word_cues(words: list[tuple[str, int, int]]) -> list[tuple[int, int, str]]:
+    """SRT's cues for a caption's words (word, start ms, end ms); [] where no word has a length."""
+    cues: list[list] = []
+    for word, start, end in words:
+        if cues and (end <= start or cues[-1][1] <= cues[-1][0]):  # no length of its own, or the cue before none
+            cues[-1][1], cues[-1][2] = max(cues[-1][1], end), cues[-1][2] + word_separator(cues[-1][2], word) + word
+        else:
+            cues.append([start, end, word])
+    return [(start, end, text) for start, end, text in cues if end > start]
+
+
+def _karaoke(words: list[tuple[str, int, int]], start: int, end: int, separator: str) -> str:
+    """A VTT cue's words, each after a timestamp tag where the spec allows one."""
+    text, last, previous = "", start, ""
+    for word, word_start, _ in words:
+        if text:
+            text += word_separator(previous, word)
+        if last < word_start < end:
+            text += f"<{format_timestamp(word_start, separator)}>"
+            last = word_start
+        text += _vtt_escape(word)
+        previous = word
+    return text
 
 
 def _vtt_escape(text: str) -> str:

@@ -26,9 +26,10 @@ from codes.runtime.synthesis import Voice
 
 @dataclass(frozen=True)
 class Caption:
-    """One segment as spoken: its speech's first sample and the sample after its last, on the track.
-    words: word timings on the same track, where an aligner gave them (OmniVoiceOnnx.align_words, offset
-    by the piece's start; a later --caption_words writes them); None: segment level."""
+    """One segment as spoken: its speech's first sample and the sample after its last, on the track, and its
+    text as written. words: [{"word", "start", "end"}] with start and end in samples on the same track, where
+    align_captions timed them (codes/runtime/script/words.py; () where the text had nothing to align); None:
+    segment level."""
 
     index: int
     speaker: str
@@ -47,6 +48,22 @@ class RenderedScript:
     offsets: list[int]  # each piece's first sample on the track (its leading pad's)
     voices: dict[str, Voice] = field(default_factory=dict)  # each designed or auto speaker's reference
     steps: int = 0  # decoding steps the engine ran for it (fewer than the segments' steps where they shared)
+    # Each piece's audio as decoded and placed at its offset (the mix may hold others over it: trimmed or mixed
+    # cues, a pad over the cue before): what its words are aligned on.
+    pieces: list[np.ndarray] = field(default_factory=list)
+
+
+def speech_span(offset: int, length: int, pad: int) -> tuple[int, int]:
+    """Where a piece's speech lies on the track: its first sample after the leading pad and the sample after
+    its last before the trailing one (a piece that post-processing left nothing of: an empty span mid-piece)."""
+    if length >= 2 * pad:
+        return offset + pad, offset + length - pad
+    return offset + length // 2, offset + length // 2
+
+
+def utterance_caption(text: str, length: int, pad: int, speaker: str) -> Caption:
+    """A single utterance's caption (inference.py --text): a one-segment track, its speech within its pads."""
+    return Caption(0, speaker, text, *speech_span(0, length, pad))
 
 
 class Timeline:
@@ -112,14 +129,8 @@ class Timeline:
         return mix, stems
 
     def captions(self) -> list[Caption]:
-        pad, captions = self.plan.pad, []
-        for piece, offset, wav in zip(self.plan.pieces, self.offsets, self.wavs):
-            if len(wav) >= 2 * pad:
-                start, end = offset + pad, offset + len(wav) - pad
-            else:  # post-processing left nothing to hear
-                start = end = offset + len(wav) // 2
-            captions.append(Caption(piece.index, piece.speaker, piece.segment.text, start, end))
-        return captions
+        return [Caption(piece.index, piece.speaker, piece.segment.text, *speech_span(offset, len(wav), self.plan.pad))
+                for piece, offset, wav in zip(self.plan.pieces, self.offsets, self.wavs)]
 
     def finish(self, voices: dict[str, Voice] | None = None, steps: int = 0) -> RenderedScript:
         if not self.complete:
@@ -127,4 +138,4 @@ class Timeline:
             raise ValueError(f"pieces {missing} are not in yet")
         mix, stems = self._render(0, self.length())
         return RenderedScript(mix, self.plan.sample_rate, stems, self.captions(), list(self.offsets), dict(voices or {}),
-                              steps)
+                              steps, list(self.wavs))
