@@ -369,12 +369,20 @@ class ScriptRequest(RequestLife):
     async def _open(self) -> None:
         self._admit()
         params, config = self.params, self.state.config
+        if params.caption_words and not self.model.word_timings:  # refused before any work, in the runtime's words
+            try:
+                self.model.tts.check_word_timings()
+            except UserError as exc:
+                raise RequestError(400, str(exc), "caption_words", "no_word_timings") from None
         defaults = config.settings.to_dict()
         options = {name: value for name, value in params.settings.to_dict().items() if value != defaults[name]}
         # Sharing steps among a script's own segments cost time on the CPU (bench/script_results.md): its items
         # in the engine at once are the runtime's default for the provider, within --max-batch.
         at_once = min(self.model.engine.max_batch, DEFAULT_MAX_BATCH.get(self.model.tts.provider, 1))
-        self.job = ScriptStream(model=self.model, max_batch=at_once, options=options, **self._job_fields())
+        if params.caption_words:
+            options["caption_words"] = True
+        self.job = ScriptStream(model=self.model, max_batch=at_once, options=options,
+                                caption_words=params.caption_words, **self._job_fields())
         loop = asyncio.get_running_loop()
         script = await loop.run_in_executor(None, self._read)
         voices = await self._speakers()

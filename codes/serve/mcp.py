@@ -107,7 +107,7 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
     async def speak_script(script: str, speakers: dict[str, str] | None = None, format: str = "text",  # noqa: A002
                            gap: float | None = None, overlap: str | None = None, language: str | None = None,
                            speed: float | None = None, num_steps: int | None = None, seed: int | None = None,
-                           response_format: str = "wav", captions: str = "srt",
+                           response_format: str = "wav", captions: str = "srt", caption_words: bool = False,
                            normalize_text: bool | None = None,
                            postprocess_output: bool | None = None) -> list[AudioContent | TextContent]:
         """Speak a whole script in several voices into one track, with its captions. script: a dialogue
@@ -116,13 +116,15 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
         JSONL segments; format: text, srt, vtt or jsonl. speakers: name -> voice, in order (the first speaks
         what no speaker is marked on): a voice from list_voices, "instruct:female, low pitch" for a designed
         voice, or "auto". gap: seconds of silence where the speaker changes (dialogues); overlap: what
-        overlapping cues do (error, trim, mix); captions: srt, vtt or none. The other arguments are speak's,
+        overlapping cues do (error, trim, mix); captions: srt, vtt or none; caption_words: captions and segments
+        word by word, where the server's build can align. The other arguments are speak's,
         for every segment. Returns the audio, a summary with each segment's start and end in seconds, and the
         captions."""
         with _tool_errors():
             fields = {"script": script, "speakers": speakers, "format": format, "gap": gap, "overlap": overlap,
                       "language": language, "speed": speed, "num_steps": num_steps, "seed": seed,
-                      "response_format": response_format, "captions": captions, "normalize_text": normalize_text,
+                      "response_format": response_format, "captions": captions, "caption_words": caption_words,
+                      "normalize_text": normalize_text,
                       "postprocess_output": postprocess_output}
             params = parse_script_request({k: v for k, v in fields.items() if v is not None}, state.config.limits,
                                           state.config.settings, normalize=state.config.normalize_text)

@@ -199,7 +199,7 @@ def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_te
 CAPTION_FORMATS = tuple(dict.fromkeys(CAPTION_SUFFIXES.values()))
 SCRIPT_STREAM_FORMATS = ("json", "sse")
 SCRIPT_FIELDS = {"model", "script", "format", "speakers", "voice", "gap", "overlap", "response_format",
-                 "stream_format", "captions", "language", "speed", "seed", "normalize_text", *TUNABLE, *SWITCHES}
+                 "stream_format", "captions", "caption_words", "language", "speed", "seed", "normalize_text", *TUNABLE, *SWITCHES}
 
 
 @dataclass
@@ -218,6 +218,7 @@ class ScriptParams:
     settings: GenerationSettings
     postprocess: bool | None  # what the request said of postprocess_output; None: the script's kind decides
     normalize_text: bool = False
+    caption_words: bool = False  # captions and segments word by word (the build's recogniser aligns each piece)
 
 
 def _choice(body: dict, name: str, choices: tuple[str, ...], default: str | None) -> str | None:
@@ -274,4 +275,5 @@ def parse_script_request(body, limits: Limits, defaults: GenerationSettings, nor
                         response_format, _choice(body, "stream_format", SCRIPT_STREAM_FORMATS, "json"),
                         _captions(body),
                         _text(body, "language", limit=limits.max_language_chars), speed, seed, settings,
-                        _switch(body, "postprocess_output"), normalize if normalize_text is None else normalize_text)
+                        _switch(body, "postprocess_output"), normalize if normalize_text is None else normalize_text,
+                        bool(_switch(body, "caption_words")))

@@ -16,13 +16,14 @@ import json
 import logging
 import time
 from concurrent.futures import CancelledError
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from codes.runtime.engine import QueueFull, WorkItem
 from codes.runtime.script.plan import Job, ScriptPlan, ScriptRun
 from codes.runtime.script.subtitles import caption_text
+from codes.runtime.script.words import align_captions
 from codes.runtime.script.timeline import RenderedScript, Timeline
 from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.errors import StreamFailed
@@ -55,6 +56,7 @@ class ScriptStream:
     door: str = "http"
     replica: str | None = None
     options: dict = field(default_factory=dict)
+    caption_words: bool = False  # once every piece is in, each caption's words aligned (on the align worker)
     plan: ScriptPlan | None = None  # set by start(), once the script is read and its voices resolved
     status: str = "ok"
     reason: str | None = None
@@ -125,11 +127,17 @@ class ScriptStream:
                     self.first_audio_at = time.perf_counter()
                 start, self.samples_out = self.samples_out, self.samples_out + len(block)
                 yield ScriptProgress(self.placed, total, block, start)
-        self.rendered = self.timeline.finish(self.run.made_voices)
-        tail = self.rendered.audio[self.samples_out:]
+        rendered = self.timeline.finish(self.run.made_voices)
+        tail = rendered.audio[self.samples_out:]
         if len(tail):  # a timed track's silence after its last cue's speech
-            start, self.samples_out = self.samples_out, len(self.rendered.audio)
+            start, self.samples_out = self.samples_out, len(rendered.audio)
             yield ScriptProgress(total, total, tail, start)
+        if self.caption_words:  # after the whole track is out: words never hold audio back
+            loop = asyncio.get_running_loop()
+            captions = await loop.run_in_executor(self.model.align_pool, align_captions, self.model.tts, self.plan,
+                                                  rendered)
+            rendered = replace(rendered, captions=captions)
+        self.rendered = rendered
 
     def _codes(self, waiter: asyncio.Future, job: Job) -> np.ndarray:
         try:
@@ -178,7 +186,10 @@ def script_summary(rendered: RenderedScript, response_format: str, captions: str
     rate = rendered.sample_rate
     summary = {"response_format": response_format, "sample_rate": rate, "duration": len(rendered.audio) / rate,
                "segments": [{"index": c.index, "speaker": c.speaker, "text": c.text, "start": c.start / rate,
-                             "end": c.end / rate} for c in rendered.captions]}
+                             "end": c.end / rate,
+                             **({} if c.words is None else {"words": [{"word": w["word"], "start": w["start"] / rate,
+                                                                       "end": w["end"] / rate} for w in c.words]})}
+                            for c in rendered.captions]}
     if captions is not None:
         summary.update(captions_format=captions, captions=caption_text(rendered.captions, captions, rate))
     return summary

@@ -465,6 +465,7 @@ def test_the_script_tab_speaks_a_dialogue_in_two_voices_with_its_captions(visit,
     script = 'Alice: Hello there. <break time="300ms"/> How are you?\nBob: Very well, thank you.'
     page.get_by_role("textbox", name="Script", exact=True).fill(script)
     page.get_by_role("spinbutton", name="Seed", exact=True).fill("7")
+    expect(page.get_by_role("checkbox", name=re.compile("^Captions word by word"))).to_have_count(0)  # no recogniser
     body = speak_script(page)
     assert body["seed"] == 7 and body["speakers"] == {"Alice": "nova", "Bob": "instruct:male, low pitch"}
     assert body["format"] == "text" and body["stream_format"] == "sse" and body["gap"] == 0.3

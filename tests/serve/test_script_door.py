@@ -160,6 +160,7 @@ def test_bad_scripts_and_bounds_are_refused_before_any_work(bounded):
     refused({"script": "\x00\x01\x02binary\x00junk"}, 400, "binary")
     refused({"script": "Hi.", "speakers": {"A": "instruct:purple"}}, 400, "purple", "speakers")
     refused({"script": "Hi.", "speakers": "alloy"}, 400, "speakers must be an object", "speakers")
+    refused({"script": "Hi.", "caption_words": True}, 400, "--include-asr", "caption_words")  # no recogniser here
     big = httpx.post(f"{bounded.url}/v1/audio/script", json={"script": "x" * 3000}, timeout=WAIT)
     assert big.status_code == 413 and "--max-script-bytes" in big.json()["error"]["message"]
     lines = [line for line in bounded.log_lines(start) if " script request=" in line]

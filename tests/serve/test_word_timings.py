@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -142,10 +144,53 @@ def test_the_playground_highlights_each_word_as_it_is_heard(server):
             words = page.get_by_label("Words heard").locator("span")
             expect(words).to_have_count(len(REPLY.split()))
             assert words.all_inner_texts() == REPLY.split()
+            # every word marked at some moment while the finished file plays again, as the page's own observer saw
+            page.get_by_label("Words heard").evaluate("""words => {
+                window.marked = new Set();
+                new MutationObserver(() => words.querySelectorAll('[aria-current="true"]').forEach(
+                    span => window.marked.add([...words.children].indexOf(span)))).observe(
+                    words, {subtree: true, attributes: true, attributeFilter: ["aria-current"]});
+            }""")
             page.get_by_label("Speech", exact=True).evaluate("audio => { audio.currentTime = 0; audio.play(); }")
-            for index in (0, len(REPLY.split()) - 1):  # each word is marked while it is heard
-                expect(words.nth(index)).to_have_attribute("aria-current", "true")
+            page.wait_for_function("() => document.getElementById('player').ended", polling=100)
+            marked = page.evaluate("() => [...window.marked].sort((a, b) => a - b)")
+            assert marked == list(range(len(REPLY.split()))), marked
+
+            page.get_by_role("tab", name="Script", exact=True).click()  # and the Script tab's word captions
+            page.get_by_role("checkbox", name=re.compile("^Captions word by word")).check()
+            page.get_by_role("textbox", name="Script", exact=True).fill("Alice: Good morning.\nBob: Hello there.")
+            page.get_by_role("spinbutton", name="Steps", exact=True).fill("4")
+            page.get_by_role("spinbutton", name="Seed", exact=True).fill("3")
+            with page.expect_request(lambda request: request.url.endswith("/v1/audio/script")) as sent:
+                page.get_by_role("button", name="Speak script", exact=True).click()
+            assert sent.value.post_data_json["caption_words"] is True
+            with page.expect_download() as download:
+                page.get_by_role("link", name="Download captions", exact=True).click()
+            captions = Path(download.value.path()).read_text(encoding="utf-8")
+            served = httpx.post(f"{server.url}/v1/audio/script", timeout=WAIT,
+                                json={**sent.value.post_data_json, "stream_format": "json"}).json()
+            assert captions == served["captions"]  # the server's word-level captions, as the page saved them
+            assert [w["word"] for s in served["segments"] for w in s["words"]] == "Good morning. Hello there.".split()
             expect(page.get_by_role("alert")).to_have_text("")
             assert visit.errors == []
         finally:
             visit.close()
+
+
+def test_a_script_request_gives_word_level_captions(server):
+    from codes.runtime.script import parse_script
+
+    body = {"script": "Alice: Good morning, everyone.\nBob: Hello Alice, nice to see you.", "language": "en",
+            "speakers": {"Alice": "instruct:female", "Bob": "instruct:male"}, "num_steps": 4, "seed": 2,
+            "caption_words": True, "captions": "srt"}
+    done = httpx.post(f"{server.url}/v1/audio/script", json=body, timeout=WAIT).json()
+    assert done["type"] == "script.done", done
+    segments = done["segments"]
+    for segment in segments:
+        assert segment["words"], segment
+        assert all(segment["start"] - 1e-6 <= w["start"] <= w["end"] <= segment["end"] + 1e-6 for w in segment["words"])
+    assert [w["word"] for s in segments for w in s["words"]] == "Good morning, everyone. Hello Alice, nice to see you.".split()
+    cues = parse_script(done["captions"], "srt").segments
+    assert len(cues) > len(segments)  # a cue a word (words aligned to one instant join the cue before)
+    vtt = httpx.post(f"{server.url}/v1/audio/script", json={**body, "captions": "vtt"}, timeout=WAIT).json()["captions"]
+    assert vtt.startswith("WEBVTT") and "<00:00:" in vtt  # each word's time as an inline timestamp

@@ -239,19 +239,22 @@ function showWords(timing) {
 }
 
 // Marks the word being heard (aria-current), following the player's clock until it stops. A word stays
-// marked until the next one starts (a pause after it keeps it lit; a word aligned to one instant still shows).
+// marked until a later word starts (a pause after it keeps it lit); words aligned to one instant are marked
+// together, and each is marked for at least a few frames, so none is skipped.
 const LAST_WORD_SECONDS = 0.25;
+const SHORTEST_MARK_SECONDS = 0.1;
 
 function followWords(current) {
   cancelAnimationFrame(highlighting);
   const tick = () => {
     const at = current.position();
     const spans = [...$("words").children];
+    const starts = spans.map((span) => Number(span.dataset.start));
     spans.forEach((span, i) => {
-      const start = Number(span.dataset.start);
-      const until = i + 1 < spans.length ? Number(spans[i + 1].dataset.start)
-        : Math.max(Number(span.dataset.end), start + LAST_WORD_SECONDS);
-      if (at >= start && at < Math.max(until, Number(span.dataset.end))) span.setAttribute("aria-current", "true");
+      const later = starts.slice(i + 1).find((start) => start > starts[i]);
+      const until = Math.max(later ?? Math.max(Number(span.dataset.end), starts[i] + LAST_WORD_SECONDS),
+        starts[i] + SHORTEST_MARK_SECONDS);
+      if (at >= starts[i] && at < until) span.setAttribute("aria-current", "true");
       else span.removeAttribute("aria-current");
     });
     if (player === current) highlighting = requestAnimationFrame(tick);
@@ -375,4 +378,4 @@ $("clone-form").addEventListener("submit", (event) => {
 $("key").value = storedKey();
 guarded(loadServer);
 
-setupScript(guarded, loadServer);
+setupScript(guarded, loadServer, () => wordTimings);

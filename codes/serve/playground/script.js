@@ -97,9 +97,11 @@ function selectTab(tab) {
   if (tab.id === "tab-script") refreshVoices();
 }
 
-export function setupScript(guarded, loadServer) {
+// timesWords(): whether the server times words (its defaults, once loaded): the word-captions box shows then.
+export function setupScript(guarded, loadServer, timesWords) {
   document.querySelectorAll('[role="tab"]').forEach((tab) => tab.addEventListener("click", () => guarded(async () => {
     if (tab.id === "tab-script" && !$("voice").value) await loadServer();
+    $("caption-words-label").hidden = !timesWords();
     selectTab(tab);
   })));
   $("add-speaker").addEventListener("click", () => addSpeaker());
@@ -128,6 +130,7 @@ export function setupScript(guarded, loadServer) {
         if ($("gap").value && request.format !== "srt" && request.format !== "vtt") request.gap = Number($("gap").value);
         if ($("script-steps").value) request.num_steps = Number($("script-steps").value);
         if ($("script-seed").value) request.seed = Number($("script-seed").value);
+        if (timesWords() && $("caption-words").checked) request.caption_words = true;
         showProgress(0, 1, "Reading the script");
         const done = await speakScript(request, {
           onStarted: (started) => showProgress(0, started.segments, `0 of ${started.segments} segments`),
