@@ -161,11 +161,7 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
     @app.post(SPEECH_PATH)
     async def speech(request: Request):
         state.ready()
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise RequestError(400, "the request body is not valid JSON") from None
-        params = parse_speech(body, limits, state.config.settings, normalize=state.config.normalize_text)
+        params = parse_speech(await _json_body(request), limits, state.config.settings, normalize=state.config.normalize_text)
         speaking = SpeechRequest(state, params, "http")
         audio = _encoded(speaking, params)
         request.scope[SPEECH_SCOPE].append((speaking, audio))  # closed by the guard, however the response ends
@@ -179,11 +175,7 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
     @app.post(SCRIPT_PATH)
     async def script(request: Request):
         state.ready()
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise RequestError(400, "the request body is not valid JSON") from None
-        params = parse_script_request(body, limits, state.config.settings, normalize=state.config.normalize_text)
+        params = parse_script_request(await _json_body(request), limits, state.config.settings, normalize=state.config.normalize_text)
         scripting = ScriptRequest(state, params, "http")
         events = _script_events(scripting, params)
         request.scope[SPEECH_SCOPE].append((scripting, events))  # closed by the guard, however the response ends
@@ -198,6 +190,13 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
     add_stream_door(app, state)
     add_playground(app)
     return guarded(app, state, next((door for door in doors if isinstance(door, MountedDoor)), None))
+
+
+async def _json_body(request: Request):
+    try:
+        return await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RequestError(400, "the request body is not valid JSON") from None
 
 
 async def _encoded(speaking: SpeechRequest, params: SpeechParams):

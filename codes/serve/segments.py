@@ -12,7 +12,6 @@ items fill the rest of the batch. Each finished piece is decoded on the codec's 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from concurrent.futures import CancelledError
@@ -29,7 +28,7 @@ from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.errors import StreamFailed
 from codes.serve.limits import flag
 from codes.serve.loaded_model import LoadedModel
-from codes.serve.sentences import QUEUE_RETRY_S
+from codes.serve.sentences import QUEUE_RETRY_S, request_log, since
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -169,15 +168,10 @@ class ScriptStream:
             (logger.warning if self.status == "error" else logger.info)(self.log_line())
 
     def log_line(self) -> str:
-        now = time.perf_counter()
-        total = len(self.plan.pieces) if self.plan else 0
-        first = (self.first_audio_at - self.received_at) if self.first_audio_at else float("nan")
-        reason = "" if self.reason is None else f" reason={json.dumps(self.reason)}"
-        replica = "" if self.replica is None else f" replica={self.replica}"
-        options = f" options={json.dumps(self.options, separators=(',', ':'))}" if self.options else ""
-        return (f"script request={self.request_id}{replica} door={self.door} status={self.status} segments={total} "
-                f"spoken={self.placed} audio={self.samples_out / SAMPLE_RATE:.2f}s first_audio={first:.3f}s "
-                f"total={now - self.received_at:.3f}s{options}{reason}")
+        return request_log("script", self.request_id, self, {
+            "segments": len(self.plan.pieces) if self.plan else 0, "spoken": self.placed,
+            "audio": f"{self.samples_out / SAMPLE_RATE:.2f}s", "first_audio": since(self.first_audio_at, self.received_at),
+            "total": since(time.perf_counter(), self.received_at)})
 
 
 def script_summary(rendered: RenderedScript, response_format: str, captions: str | None) -> dict:

@@ -209,17 +209,29 @@ class SentenceStream:
         return int(round(self.audio_samples / SAMPLE_RATE * FRAME_RATE))
 
     def log_line(self, request_id: int) -> str:
-        now = time.perf_counter()
         started = [item for item in self.items if item is not None and item.started_at is not None]
         queue_wait = (min(item.started_at for item in started) - self.received_at) if started else float("nan")
         shared = max((item.max_shared for item in self.items if item is not None), default=0)
-        first = (self.first_audio_at - self.received_at) if self.first_audio_at else float("nan")
-        reason = "" if self.reason is None else f" reason={json.dumps(self.reason)}"
-        replica = "" if self.replica is None else f" replica={self.replica}"
-        options = f" options={json.dumps(self.options, separators=(',', ':'))}" if self.options else ""
-        return (f"speech request={request_id}{replica} door={self.door} status={self.status} chars={self.chars} "
-                f"sentences={len(self.requests)} audio={self.audio_samples / SAMPLE_RATE:.2f}s queue_wait={queue_wait:.3f}s "
-                f"first_audio={first:.3f}s total={now - self.received_at:.3f}s max_batch_shared={shared}{options}{reason}")
+        return request_log("speech", request_id, self, {
+            "chars": self.chars, "sentences": len(self.requests), "audio": f"{self.audio_samples / SAMPLE_RATE:.2f}s",
+            "queue_wait": f"{queue_wait:.3f}s", "first_audio": since(self.first_audio_at, self.received_at),
+            "total": since(time.perf_counter(), self.received_at), "max_batch_shared": shared})
+
+
+def since(moment: float | None, received_at: float) -> str:
+    """Seconds from a request's arrival to a moment, as its log line writes them (nan: it never came)."""
+    return f"{(moment - received_at) if moment else float('nan'):.3f}s"
+
+
+def request_log(kind: str, request_id: int, job, fields: dict) -> str:
+    """A request's one log line, the same shape for every kind (speech, script): its id, replica, door and
+    status, then `fields`, then what it asked beyond the defaults and why it failed (tests and operators
+    read these key=value pairs)."""
+    replica = "" if job.replica is None else f" replica={job.replica}"
+    options = f" options={json.dumps(job.options, separators=(',', ':'))}" if job.options else ""
+    reason = "" if job.reason is None else f" reason={json.dumps(job.reason)}"
+    shown = " ".join(f"{name}={value}" for name, value in fields.items())
+    return f"{kind} request={request_id}{replica} door={job.door} status={job.status} {shown}{options}{reason}"
 
 
 def past_deadline() -> StreamFailed:
