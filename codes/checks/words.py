@@ -8,6 +8,7 @@ pass finds where a window ends), so the times carry over to a trained checkpoint
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -54,26 +55,37 @@ class TimedRecogniser:
                 "words": sum(len(w.words) for w in windows)}
 
 
-def alignment_costs(folder: Path, threads: int, seconds: tuple[float, ...] = CLIP_SECONDS, repeats: int = 3,
-                    log=print) -> dict:
-    """Median timings of aligning each clip length (after a warm-up), with the encoder's and decoder's parts."""
+def alignment_costs(folders: list[Path], threads: int, seconds: tuple[float, ...] = CLIP_SECONDS, repeats: int = 3,
+                    log=print) -> list[dict]:
+    """Median timings of aligning each clip length with each recogniser (after a warm-up), with the encoder's
+    and decoder's parts. The recognisers and clips take turns in every round, so a busy spell of the machine
+    falls on all of them alike."""
     from codes.runtime.asr import Recogniser
 
-    start = time.perf_counter()
-    recogniser = Recogniser(folder, threads=threads)
-    load_s = time.perf_counter() - start
-    timed = TimedRecogniser(recogniser)
-    timed.align(speech_like_signal(1.0, 24000, 99), 24000, "Warm up.", "en")
-    rows = []
-    for i, length in enumerate(seconds):
-        wav, text = speech_like_signal(length, 24000, seed=i + 1), text_for(length)
-        runs = [timed.align(wav, 24000, text, "en") for _ in range(repeats)]
-        row = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-        row.update(seconds=length, per_audio_second_s=row["total_s"] / length)
-        log(f"  {Path(folder).name} {length:g} s: {row['total_s']:.2f} s ({row['windows']} windows)")
-        rows.append(row)
-    return {"precision": recogniser.manifest["precision"], "source": recogniser.manifest["source"].get("asr_model"),
-            "load_s": load_s, "clips": rows}
+    timed, load_s = [], []
+    for folder in folders:
+        start = time.perf_counter()
+        timed.append(TimedRecogniser(Recogniser(folder, threads=threads)))
+        load_s.append(time.perf_counter() - start)
+        timed[-1].align(speech_like_signal(1.0, 24000, 99), 24000, "Warm up.", "en")
+    clips = [(speech_like_signal(length, 24000, seed=i + 1), text_for(length)) for i, length in enumerate(seconds)]
+    runs: dict[tuple[int, int], list[dict]] = {}
+    for round_ in range(repeats):
+        for r, recogniser in enumerate(timed):
+            for c, (wav, text) in enumerate(clips):
+                run = recogniser.align(wav, 24000, text, "en")
+                runs.setdefault((r, c), []).append({**run, "load_1min": os.getloadavg()[0]})
+                log(f"  round {round_ + 1}, {Path(folders[r]).name} {seconds[c]:g} s: {run['total_s']:.2f} s")
+    results = []
+    for r, recogniser in enumerate(timed):
+        rows = []
+        for c, length in enumerate(seconds):
+            row = {key: statistics.median(x[key] for x in runs[(r, c)]) for key in runs[(r, c)][0]}
+            rows.append({**row, "seconds": length, "per_audio_second_s": row["total_s"] / length})
+        manifest = recogniser.recogniser.manifest
+        results.append({"precision": manifest["precision"], "source": manifest["source"].get("asr_model"),
+                        "load_s": load_s[r], "clips": rows})
+    return results
 
 
 EXACTNESS_CLIPS = (("en", 10.0, 1), ("zh", 8.0, 2), ("en", 40.0, 3))
@@ -123,6 +135,7 @@ def synthesis_share(model_dir: Path, threads: int, log=print) -> dict:
     row = {"model_dir": str(model_dir), "audio_s": len(audio) / tts.sample_rate, "synthesis_s": synthesis_s,
            "align_s": align_s, "share_of_synthesis": align_s / synthesis_s, "words": len(words),
            "recogniser_precision": tts.load_recogniser().manifest["precision"]}
+    row["load_1min"] = os.getloadavg()[0]
     log(f"  synthesis {synthesis_s:.1f} s, alignment {align_s:.2f} s")
     return row
 
@@ -137,14 +150,16 @@ def page(report: dict) -> list[str]:
              "is speech-like "
              f"noise with {WORDS_PER_SECOND:g} words of text a second, aligned by `Recogniser.aligned_windows` "
              "(median of the runs after a warm-up); encoder and decoder are the graphs' time, the rest is numpy "
-             "(features, softmax, filter, DTW, words).", "",
-             "| precision | clip | words | windows | time | per audio second | encoder | decoder | rest |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "(features, softmax, filter, DTW, words); load is the median 1-minute load average after the clip (2 "
+             "is the benchmark's own 2 threads, more means other work shared the CPU). The recognisers and clips "
+             "take turns in every round.", "",
+             "| precision | clip | words | windows | time | per audio second | encoder | decoder | rest | load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for costs in report["costs"]:
         for row in costs["clips"]:
             lines.append(f"| {costs['precision']} | {row['seconds']:g} s | {row['words']:g} | {row['windows']:g} | "
                          f"{row['total_s']:.2f} s | {row['per_audio_second_s']:.3f} s | {row['encoder_s']:.2f} s | "
-                         f"{row['decoder_s']:.2f} s | {row['rest_s']:.2f} s |")
+                         f"{row['decoder_s']:.2f} s | {row['rest_s']:.2f} s | {row.get('load_1min', 0):.1f} |")
     lines.append("")
     if report.get("share"):
         share = report["share"]
@@ -152,7 +167,8 @@ def page(report: dict) -> list[str]:
                   f"The rtf benchmark's 10 s utterance (32 steps, deterministic) on `{share['model_dir']}` "
                   f"(its recogniser {share['recogniser_precision']}): synthesis {share['synthesis_s']:.1f} s, then "
                   f"aligning its {share['words']} words {share['align_s']:.2f} s, "
-                  f"**{100 * share['share_of_synthesis']:.1f}%** of the synthesis time.", ""]
+                  f"**{100 * share['share_of_synthesis']:.1f}%** of the synthesis time (1-minute load average "
+                  f"{share.get('load_1min', 0):.1f} after it).", ""]
     if report.get("exactness"):
         lines += ["## Against openai-whisper on the same weights", "",
                   "`whisper.timing.find_alignment` (then `merge_punctuations`) on openai-whisper's `Whisper` "
@@ -172,9 +188,7 @@ def run(recognisers: dict[str, Path], source: Path | None, model_dir: Path | Non
         seconds: tuple[float, ...], repeats: int, command: str, log=print) -> dict:
     report = {"command": command, "machine": machine(), "threads": threads,
               "date": time.strftime("%Y-%m-%d"), "costs": [], "exactness": [], "share": None}
-    for name, folder in recognisers.items():
-        log(f"aligning with {name} ({folder})")
-        report["costs"].append(alignment_costs(folder, threads, seconds, repeats, log))
+    report["costs"] = alignment_costs(list(recognisers.values()), threads, seconds, repeats, log)
     if source is not None:
         for name, folder in recognisers.items():
             report["exactness"] += exactness(folder, source, threads, log)
