@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """First audio through the stream door with and without word timings, on a build whose recogniser aligns.
 
-  .venv/bin/python bench/words_first_audio.py --model_dir BUILD --out bench/words_first_audio.md
+  .venv/bin/python bench/words_first_audio.py --model_dir BUILD --out bench/words_first_audio_tiny.md
 
 The figures and the method: codes/checks/words_first_audio.py.
 """
