@@ -202,6 +202,13 @@ class SpeechRequest(RequestLife):
             raise RequestError(400, "the text is empty; send at least one word to speak", "input", "empty_text")
         self.completed = True
 
+    @property
+    def owes_client(self) -> bool:
+        """Work the client has asked for is still to come: audio being made, text that came before the voice
+        was ready, or the rest of an utterance it ended (its words included), for as long as the request runs.
+        A streamed request that has spoken all its text and waits for more owes nothing."""
+        return self.holds_slot or self.closing or bool(self.held)
+
     async def heard(self):
         """spoken(), with each chunk's timing: a SpokenPiece as soon as its audio is made, then its timing (a
         dict: SpokenPiece.timing, with its words where the request asked and the build aligns) as soon as it

@@ -137,8 +137,10 @@ class SpeechSocket:
         return body
 
     def _speaking(self) -> bool:
-        """Some of the client's audio is being made: it rightly sends nothing meanwhile."""
-        return self.speaking is not None and self.speaking.holds_slot
+        """The server owes the client something (audio being made, its voice being resolved for text it sent,
+        the rest after its `end`, words being aligned): it rightly sends nothing meanwhile."""
+        return self.speaking is not None and self.sender is not None and not self.sender.done() and \
+            self.speaking.owes_client
 
     async def _handle(self, body: dict) -> None:
         kind = body["type"]

@@ -157,8 +157,9 @@ class SpeechHandler(AsyncEventHandler):
             reading.cancel()
 
     def _speaking(self) -> bool:
-        """A one-shot request's audio is being made: its client rightly sends nothing meanwhile."""
-        return self.task is not None and not self.task.done() and self.stream is None
+        """A one-shot request's audio is being made, or a stream owes its client something (its voice being
+        resolved for text it sent, audio being made): the client rightly sends nothing meanwhile."""
+        return self.task is not None and not self.task.done() and (self.stream is None or self.stream.owes_client)
 
     async def _refuse_connection(self, message: str, code: str) -> None:
         logger.warning("wyoming: closing a connection: %s", message)
