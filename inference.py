@@ -13,6 +13,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import time
 from pathlib import Path
@@ -57,6 +59,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     script.add_argument("--stems", type=Path, help="also write one track per speaker into this folder (made if missing)")
     script.add_argument("--max_batch", type=int, help="segments sharing each decoding step (default: 1 on the CPU, "
                                                       "where a shared step costs its padding, 8 on CUDA)")
+    script.add_argument("--no_ledger", action="store_true",
+                        help="keep no ledger beside --output (default: OUTPUT.ledger/ keeps each segment spoken, so "
+                             "a re-run speaks only the segments that changed, and a killed run resumes)")
+    script.add_argument("--ray", action="store_true", help="speak the segments on Ray actors, on a local Ray or "
+                                                           "--address's cluster (the same output and ledger)")
+    script.add_argument("--address", help="with --ray: an existing Ray cluster (default: a local Ray on this machine)")
+    script.add_argument("--actors", type=int, help="with --ray: how many actors (default: as many as the CPUs allow)")
+    script.add_argument("--threads_per_actor", "--threads-per-actor", type=int, default=1,
+                        help="with --ray: ONNX Runtime threads of each actor (default 1)")
     captions = p.add_argument_group("captions (--script, or --text alone)")
     captions.add_argument("--captions", type=Path, help="also write captions (.srt or .vtt): each segment's speech at its "
                                                         "sample offsets in the output")
@@ -90,7 +101,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="execution provider (default: the build's; a gpu build runs on CUDA where available)")
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores)")
     p.add_argument("--batch_size", type=int, default=4, help="utterances decoded together for --text_file/--jsonl")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (a script's last line, spoke N of M segments, "
+                                                        "is printed still)")
     return p.parse_args(argv)
 
 
@@ -110,8 +122,8 @@ def main(argv=None) -> int:
         raise UserError("--caption_words makes --captions word level; give --captions FILE.srt or FILE.vtt")
     if args.script is not None:
         return _speak_script(args, settings)
-    given = [flag for flag in ("script_format", "speaker", "gap", "overlap", "stems", "max_batch")
-             if getattr(args, flag) is not None]
+    given = [flag for flag in ("script_format", "speaker", "gap", "overlap", "stems", "max_batch", "address", "actors")
+             if getattr(args, flag) is not None] + [flag for flag in ("no_ledger", "ray") if getattr(args, flag)]
     if given:
         raise UserError(f"--{given[0]} goes with --script")
     if args.captions is not None and args.text is None:
@@ -200,6 +212,7 @@ def main(argv=None) -> int:
 def _speak_script(args, settings) -> int:
     from codes.runtime.manifest import find_builds
     from codes.runtime.script import check_outputs, parse_speakers, read_script, speak_script, write_outputs
+    from codes.runtime.script.ledger import ScriptLedger
     from codes.runtime.script.speakers import DEFAULT_SPEAKER
     from codes.runtime.synthesis import OmniVoiceOnnx
 
@@ -209,37 +222,93 @@ def _speak_script(args, settings) -> int:
                             "the script's (a segment's duration, a cue's times)")
     if args.max_batch is not None and args.max_batch < 1:
         raise UserError(f"--max_batch must be >= 1, got {args.max_batch}")
+    placement = _ray_placement(args)
     speakers = parse_speakers(args.speaker or ())
     script = read_script(args.script, args.script_format, speakers, args.overlap or "error")
     check_outputs(args.output, args.captions, args.stems, speakers or [DEFAULT_SPEAKER], args.script)
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
-    tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads,
-                        backbone=args.backbone, asr_dir=args.asr_dir)
-    tts.codec.load_decoder()  # a missing codec fails before any compute
-    # None: the format's own (on for text pieces, off for cues); given: for every piece.
-    postprocess = None if args.postprocess_output is None and not args.no_postprocess else settings.postprocess_output
-    bar = None if args.quiet else _segment_bar(len(script.segments))
-    start = time.perf_counter()
-    rendered = speak_script(tts, script, speakers, gap=args.gap or 0.0, seed=args.seed, language=args.language,
-                            speed=args.speed, normalize_text=args.normalize_text, postprocess=postprocess,
-                            max_batch=args.max_batch, settings=settings, on_progress=bar,
-                            caption_words=args.caption_words)
-    elapsed, seconds = time.perf_counter() - start, len(rendered.audio) / rendered.sample_rate
-    for path in write_outputs(rendered, args.output, args.captions, args.stems, args.float_wav):
+    ledger = None if args.no_ledger else ScriptLedger(args.output, say=lambda line: print(line, file=sys.stderr))
+    try:
+        tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads,
+                            backbone=args.backbone, asr_dir=args.asr_dir)
+        tts.codec.load_decoder()  # a missing codec fails before any compute
+        if ledger is not None:
+            ledger.remove_temporaries()  # what a killed run was writing
+        # None: the format's own (on for text pieces, off for cues); given: for every piece.
+        postprocess = None if args.postprocess_output is None and not args.no_postprocess else settings.postprocess_output
+        bar = None if args.quiet else _segment_bar(len(script.segments))
+        start = time.perf_counter()
+        try:
+            with _sigterm_interrupts():
+                rendered = speak_script(tts, script, speakers, gap=args.gap or 0.0, seed=args.seed,
+                                        language=args.language, speed=args.speed, normalize_text=args.normalize_text,
+                                        postprocess=postprocess, max_batch=args.max_batch, settings=settings,
+                                        on_progress=bar, caption_words=args.caption_words, ledger=ledger,
+                                        ray=placement)
+                elapsed, seconds = time.perf_counter() - start, len(rendered.audio) / rendered.sample_rate
+                written = write_outputs(rendered, args.output, args.captions, args.stems, args.float_wav,
+                                        ledger.folder if ledger is not None else None)
+                if ledger is not None:
+                    ledger.finish()
+        except KeyboardInterrupt:
+            kept = f"; the segments finished are kept in {ledger.folder}, run the same command again to resume" \
+                if ledger is not None else ""
+            print(f"error: interrupted; {args.output} was not written{kept}", file=sys.stderr)
+            return 130
+    finally:
+        if ledger is not None:
+            ledger.close()
+    for path in written:
         if not args.quiet:
             print(f"wrote {path}", file=sys.stderr)
     print(f"RTF {elapsed / max(seconds, 1e-9):.3f} ({elapsed:.2f} s for {seconds:.2f} s of audio, "
           f"{len(rendered.captions)} segments)")
+    print(f"spoke {rendered.spoken} of {len(rendered.captions)} segments, reused {rendered.reused}")
     return 0
 
 
+def _ray_placement(args):
+    from codes.runtime.script.cluster import RayPlacement
+
+    if not args.ray:
+        for flag in ("address", "actors"):
+            if getattr(args, flag) is not None:
+                raise UserError(f"--{flag} goes with --ray")
+        return None
+    if args.actors is not None and args.actors < 1:
+        raise UserError(f"--actors must be >= 1, got {args.actors}")
+    if args.threads_per_actor < 1:
+        raise UserError(f"--threads_per_actor must be >= 1, got {args.threads_per_actor}")
+    return RayPlacement(args.address, args.actors, args.threads_per_actor)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM as Ctrl-C: what is being written is removed whole, and the ledger keeps what was finished."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _segment_bar(total: int):
+    """Segments done of total, the audio seconds spoken and an ETA; segments kept from an earlier run count as
+    done from the start, not in the rate."""
     from tqdm import tqdm
 
     bar = tqdm(total=total, desc="segments", unit="segment", leave=False)
 
-    def on_progress(done: int, total: int):
-        bar.update(done - bar.n)
+    def on_progress(done: int, total: int, seconds: float):
+        if seconds == 0:  # a kept segment, before anything is spoken
+            bar.n = bar.initial = done
+            bar.refresh()
+        else:
+            bar.update(done - bar.n)
+            bar.set_postfix_str(f"{seconds:.1f} s of audio spoken")
         if done == total:
             bar.close()
 

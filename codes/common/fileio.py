@@ -21,12 +21,13 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 @contextmanager
-def atomic_path(final: str | os.PathLike, suffix: str = "", exclusive: bool = False):
-    """Yield a temporary path beside `final`; rename it onto `final` only if the body succeeds.
-    `exclusive`: never replace a `final` that exists (FileExistsError), even one that another process
-    writes at the same moment: the first one written wins."""
+def atomic_path(final: str | os.PathLike, suffix: str = "", exclusive: bool = False,
+                folder: str | os.PathLike | None = None):
+    """Yield a temporary path beside `final` (or in `folder`, on the same filesystem); rename it onto `final`
+    only if the body succeeds. `exclusive`: never replace a `final` that exists (FileExistsError), even one
+    that another process writes at the same moment: the first one written wins."""
     final = Path(final)
-    tmp = _new_file(final.parent, f".{final.name}.", suffix or final.suffix)
+    tmp = _new_file(Path(folder) if folder is not None else final.parent, f".{final.name}.", suffix or final.suffix)
     try:
         yield Path(tmp)
         if exclusive:

@@ -46,3 +46,23 @@ def ray_cause(exc: BaseException) -> str:
     """The last line of an error: Ray's wrapped errors end with the cause."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[-1] if lines else type(exc).__name__
+
+
+def actor_resources(actors: int | None, threads: int, gpus: float | None, provider: str | None) -> tuple[int, int, float]:
+    """(actors, threads each, GPUs each) that fit the cluster: actors None as many as its CPUs (or GPUs) allow;
+    gpus None: one each where the provider is CUDA. Too many is a UserError naming the flags to lower."""
+    import ray
+
+    cluster = ray.cluster_resources()
+    cpus, gpus_there = int(cluster.get("CPU", 0)), cluster.get("GPU", 0)
+    if gpus is None:
+        gpus = 1.0 if provider == "cuda" else 0.0
+    if actors is None:
+        actors = int(gpus_there // gpus) if gpus else cpus // threads
+    if actors < 1 or actors * threads > cpus:
+        raise UserError(f"{max(actors, 1)} actor(s) x {threads} thread(s) need {max(actors, 1) * threads} CPUs and "
+                        f"Ray has {cpus}; lower --actors or --threads-per-actor")
+    if gpus and actors * gpus > gpus_there:
+        raise UserError(f"{actors} actor(s) x {gpus:g} GPU(s) need {actors * gpus:g} GPUs and Ray has {gpus_there:g}; "
+                        "lower --actors or --gpus-per-actor")
+    return actors, threads, gpus

@@ -20,7 +20,6 @@ at its name later is never replaced. Anything else in OUT_DIR is never touched.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path, sha256_file
+from codes.common.journal import Journal, lock_folder, read_records, rewrite_records
 
 RESULT_SCHEMA = pa.schema([
     ("id", pa.string()),
@@ -109,27 +109,22 @@ class Ledger:
             self.state_dir.mkdir(exist_ok=True)
             (self.state_dir / WRITTEN).mkdir(exist_ok=True)
             (self.state_dir / SPEAKING).mkdir(exist_ok=True)
-            self._lock = open(self.state_dir / LOCK, "a")
         except OSError as exc:
             raise UserError(f"cannot create {out_dir} ({exc.strerror}); choose another --output") from None
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.close()
-            raise UserError(f"another corpus.py run is using {out_dir}; wait for it to finish "
-                            "or choose another --output") from None
+        self._lock = lock_folder(self.state_dir / LOCK, f"another corpus.py run is using {out_dir}; wait for it "
+                                                        "to finish or choose another --output")
         self.entries: dict[str, dict] = {}  # audio_path -> its latest record
         if adopt_results:  # the ledger was deleted; the last results table still says what is ours
             self._take(pq.read_table(out_dir / RESULTS_PARQUET).to_pylist())
         else:
-            self._take(_read_jsonl(self.state_dir / LEDGER))
+            self._take(read_records(self.state_dir / LEDGER)[0])
         # A marker left by an earlier run says only that the run was stopped (Ctrl-C, a kill), not that its row
         # crashed an actor: markers count within one run.
         for marker in (self.state_dir / SPEAKING).iterdir():
             marker.unlink(missing_ok=True)
         self._settle_receipts()
         self.compact()  # drops a line a killed run left half-written, before anything is appended
-        self._journal = open(self.state_dir / LEDGER, "a", encoding="utf-8")
+        self._journal = Journal(self.state_dir / LEDGER)
 
     def _take(self, records) -> None:
         for item in records:
@@ -194,14 +189,10 @@ class Ledger:
         if not records:
             return
         self._take(records)
-        self._journal.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-        self._journal.flush()
-        os.fsync(self._journal.fileno())
+        self._journal.append(records)
 
     def compact(self) -> None:
-        with atomic_path(self.state_dir / LEDGER) as tmp:
-            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in self.entries.values()),
-                           encoding="utf-8")
+        rewrite_records(self.state_dir / LEDGER, self.entries.values())
 
     def remove_temporaries(self) -> int:
         """Delete hidden temporaries a killed run left beside files the ledger owns (never anything else)."""
@@ -221,8 +212,7 @@ class Ledger:
         table = pa.Table.from_pylist(records, schema=RESULT_SCHEMA.with_metadata({WRITER_KEY: WRITER}))
         with atomic_path(self.out_dir / RESULTS_PARQUET) as tmp:
             pq.write_table(table, tmp)
-        with atomic_path(self.out_dir / RESULTS_JSONL) as tmp:
-            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        rewrite_records(self.out_dir / RESULTS_JSONL, records)
 
     def close(self) -> None:
         self._journal.close()
@@ -239,14 +229,3 @@ def is_file_written(path: Path, entry: dict) -> bool:
         return os.path.getsize(path) == entry["audio_bytes"]
     return os.path.getsize(path) == entry["audio_bytes"] and sha256_file(path) == entry["audio_sha256"]
 
-
-def _read_jsonl(path: Path) -> list:
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:  # the last line of a killed run
-            continue
-    return records

@@ -15,6 +15,7 @@ import os
 
 import pyarrow as pa
 
+from codes.common import journal
 from codes.runtime.duration import estimate_target_tokens, frames_for_duration
 
 ROW_KEYS = ("id", "text", "language", "language_id", "language_name", "instruct", "voice", "ref_audio", "ref_text",
@@ -218,5 +219,4 @@ def _id_or_none(value) -> str | None:
 def fingerprint(request: dict, *context) -> str:
     """What the audio depends on: the row (with the sha256 of its voice files), and the settings, format and build
     it was made with."""
-    text = json.dumps([request, *context], sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    return journal.fingerprint(request, *context)

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codes.common.errors import UserError
-from codes.common.ray_start import ray_cause, start_ray
+from codes.common.ray_start import actor_resources, ray_cause, start_ray
 from codes.corpus import rows as row_checks
 from codes.common.fileio import sha256_file
 from codes.corpus.ledger import AUDIO_DIR, RESULTS_PARQUET, Ledger, audio_path, check_output_dir, record
 from codes.runtime.asr import MANIFEST_NAME as ASR_MANIFEST_NAME
-from codes.runtime.manifest import MANIFEST_NAME, find_builds, read_manifest, recogniser_folder
+from codes.runtime.manifest import build_key, find_builds, read_manifest, recogniser_folder
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE
 
@@ -161,16 +161,13 @@ def _build_keys(model_dir: Path, higgs_dir: Path | None, asr_dir: Path | None) -
     Reading them checks every hash here, once: a broken build is one error line before any actor starts.
     """
     manifest = read_manifest(model_dir)
-    holder = read_manifest(higgs_dir) if higgs_dir else manifest
-    codec_folder, _ = holder.codec()
-    digest = hashlib.sha256()
-    for folder in (model_dir, codec_folder):
-        digest.update((Path(folder) / MANIFEST_NAME).read_bytes())
+    if higgs_dir:
+        read_manifest(higgs_dir)
     recogniser = (recogniser_folder(asr_dir) if asr_dir is not None
                   else manifest.recogniser() if manifest.asr else None)
     recogniser_key = (hashlib.sha256((recogniser / ASR_MANIFEST_NAME).read_bytes()).hexdigest()[:32]
                       if recogniser else None)
-    return digest.hexdigest()[:32], recogniser_key
+    return build_key(model_dir, higgs_dir), recogniser_key
 
 
 def _start_ray(options: CorpusOptions) -> None:
@@ -245,24 +242,7 @@ def _label_rows(found: list[dict], kind: str) -> None:
 
 
 def _actor_resources(options: CorpusOptions) -> tuple[int, int, float]:
-    import ray
-
-    cluster = ray.cluster_resources()
-    cpus, gpus_there = int(cluster.get("CPU", 0)), cluster.get("GPU", 0)
-    threads = options.threads_per_actor
-    gpus = options.gpus_per_actor
-    if gpus is None:
-        gpus = 1.0 if options.provider == "cuda" else 0.0
-    actors = options.actors
-    if actors is None:
-        actors = int(gpus_there // gpus) if gpus else cpus // threads
-    if actors < 1 or actors * threads > cpus:
-        raise UserError(f"{max(actors, 1)} actor(s) x {threads} thread(s) need {max(actors, 1) * threads} CPUs and "
-                        f"Ray has {cpus}; lower --actors or --threads-per-actor")
-    if gpus and actors * gpus > gpus_there:
-        raise UserError(f"{actors} actor(s) x {gpus:g} GPU(s) need {actors * gpus:g} GPUs and Ray has {gpus_there:g}; "
-                        "lower --actors or --gpus-per-actor")
-    return actors, threads, gpus
+    return actor_resources(options.actors, options.threads_per_actor, options.gpus_per_actor, options.provider)
 
 
 def _run(options, checked, ledger: Ledger, model_dir, higgs_dir, build_keys, actors, threads, gpus) -> Summary:

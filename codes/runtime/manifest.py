@@ -189,6 +189,18 @@ def _from_recipe_schema(path: Path, data: dict) -> dict:
     return normalized
 
 
+def build_key(model_dir: str | Path, higgs_dir: str | Path | None = None) -> str:
+    """The build's identity for fingerprints (what a result made with it depends on): its manifest and its
+    codec's, which hold every graph's sha256 (32 hex digits)."""
+    manifest = read_manifest(model_dir, verify=False)
+    holder = read_manifest(higgs_dir, verify=False) if higgs_dir else manifest
+    codec_folder, _ = holder.codec()
+    digest = hashlib.sha256()
+    for folder in (Path(model_dir), Path(codec_folder)):
+        digest.update((folder / MANIFEST_NAME).read_bytes())
+    return digest.hexdigest()[:32]
+
+
 def recogniser_folder(path: str | Path) -> Path:
     """--asr_dir: a recogniser folder (asr/, holding asr_manifest.json) or a build holding one."""
     path = Path(path)

@@ -39,9 +39,10 @@ def check_audio_output_path(path, what: str = "audio output") -> Path:
     return path
 
 
-def write_audio(path, wav: np.ndarray, sample_rate: int, float_wav: bool = False) -> None:
-    """16-bit PCM by default (float with float_wav); the format follows the extension."""
-    with atomic_path(path) as tmp:
+def write_audio(path, wav: np.ndarray, sample_rate: int, float_wav: bool = False, part_folder=None) -> None:
+    """16-bit PCM by default (float with float_wav); the format follows the extension. part_folder: where the
+    file is written before it is renamed into place (default: beside it)."""
+    with atomic_path(path, folder=part_folder) as tmp:
         encode_audio(tmp, wav, sample_rate, float_wav)
 
 

@@ -24,7 +24,7 @@ from codes.runtime.engine import max_item_frames
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
 from codes.runtime.asr import NO_ALIGNMENT, read_asr_manifest
-from codes.runtime.manifest import read_manifest, recogniser_folder
+from codes.runtime.manifest import build_key, read_manifest, recogniser_folder
 from codes.runtime.normalize import normalize_text as normalize, without_tags
 from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
 from codes.runtime.probe import CAUSAL_ADVICE
@@ -210,6 +210,17 @@ class OmniVoiceOnnx:
         self._recogniser = None
         self._recogniser_lock = threading.Lock()  # the server loads it from whichever pool thread asks first
         self.sample_rate = SAMPLE_RATE
+
+    def folders(self) -> tuple[str, str | None, str | None]:
+        """(model, codec, recogniser) folders as given, absolute: what another process loads the same build from."""
+        def absolute(path):
+            return str(Path(path).resolve()) if path else None
+
+        return absolute(self.manifest.folder), absolute(self._higgs_dir), absolute(self._asr_dir)
+
+    def build_key(self) -> str:
+        """What results made with this build depend on (manifest.build_key): a fingerprint's part."""
+        return build_key(self.manifest.folder, self._higgs_dir)
 
     # --- the codec, loaded on first use (code-only generation never needs it) -----------------
 

@@ -378,8 +378,8 @@ def test_ledger_survives_a_half_written_line_and_owns_only_what_it_claimed(tmp_p
     ledger.append([record(id="a", status="pending", audio_path="audio/a.wav", fingerprint="f")])
     ledger.append([record(id="a", status="ok", audio_path="audio/a.wav", fingerprint="f", audio_bytes=3)])
     (out / "audio" / "a.wav").write_bytes(b"abc")
-    ledger._journal.write('{"id": "b", "status": "pen')  # a run killed mid-line
-    ledger._journal.flush()
+    with open(out / ".results" / "ledger.jsonl", "a", encoding="utf-8") as journal:
+        journal.write('{"id": "b", "status": "pen')  # a run killed mid-line
     with pytest.raises(UserError, match="another corpus.py run is using"):
         Ledger(out)
     ledger._lock.close()

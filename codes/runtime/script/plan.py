@@ -188,6 +188,7 @@ class _Progress:
     chunk_texts: list[str] | None = None  # a long piece's chunks
     chunks: list[np.ndarray] = field(default_factory=list)
     out: bool = False  # a job of it is being decoded
+    reused: bool = False  # its audio came from a ledger or a store: nothing of it is decoded
 
     @property
     def total(self) -> int | None:
@@ -237,7 +238,7 @@ class ScriptRun:
         if order not in ORDERS:
             raise UserError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
         ready = [self._job(p.index) for p, s in zip(self.plan.pieces, self._state)
-                 if s.request is not None and not s.out and len(s.chunks) < s.total]
+                 if s.request is not None and not s.out and not s.reused and len(s.chunks) < s.total]
         pieces = self.plan.pieces
         if order == "timeline":
             ready.sort(key=lambda job: (not pieces[job.piece].makes_reference, job.piece))
@@ -257,18 +258,63 @@ class ScriptRun:
             state.noise = noise
         state.chunks.append(codes)
         if job.chunk == 0 and piece.makes_reference:
-            reference = first_chunk_voice(codes, job.request.text)
-            self.made_voices[piece.speaker] = reference
-            for later in self.plan.pieces:
-                if later.reference_from == piece.index and later.index != piece.index:
-                    request = settle_piece(self.tts, self.plan.defaults, later.segment, reference, later.instruct,
-                                           self.plan.source)
-                    self._settled(later.index, request)
+            self._reference_made(piece, first_chunk_voice(codes, job.request.text))
         if len(state.chunks) < state.total:
             return []
         self.pieces_done += 1
         voice = state.request.voice
         return [FinishedPiece(piece.index, state.chunks, voice.rms if voice else None, piece.settings)]
+
+    def _reference_made(self, piece: Piece, reference: Voice) -> None:
+        """A made speaker's reference exists: its later pieces are settled on it."""
+        self.made_voices[piece.speaker] = reference
+        for later in self.plan.pieces:
+            if later.reference_from == piece.index and later.index != piece.index:
+                request = settle_piece(self.tts, self.plan.defaults, later.segment, reference, later.instruct,
+                                       self.plan.source)
+                self._settled(later.index, request)
+
+    def reuse(self, index: int, reference: Voice | None = None) -> None:
+        """A piece whose audio is kept from an earlier run: nothing of it is decoded; where it made its
+        speaker's reference, `reference` is that reference, and the speaker's later pieces settle on it.
+        Pieces are reused in plan order (a reference before the pieces made from it)."""
+        piece, state = self.plan.pieces[index], self._state[index]
+        if state.request is None or state.out or state.chunks or state.reused:
+            raise ValueError(f"piece {index} cannot be reused now")
+        if piece.makes_reference:
+            if reference is None:
+                raise ValueError(f"piece {index} makes its speaker's reference; reuse it with that reference")
+            self._reference_made(piece, reference)
+        state.reused = True
+        self.pieces_done += 1
+
+    def reference_of(self, index: int) -> Voice | None:
+        """The reference a finished piece made (None: it made none), to keep with its audio."""
+        piece = self.plan.pieces[index]
+        return self.made_voices.get(piece.speaker) if piece.makes_reference else None
+
+    def take_pieces(self) -> list[tuple[int, Request]]:
+        """Whole pieces whose inputs are known, not handed out before, reference makers first: for a driver
+        whose workers speak a piece at once, all its chunks (OmniVoiceOnnx.generate_codes with the piece's
+        noise, NoiseSource seed + index), such as the Ray one."""
+        ready = [p.index for p, s in zip(self.plan.pieces, self._state)
+                 if s.request is not None and not s.out and not s.reused and not s.chunks]
+        ready.sort(key=lambda index: (not self.plan.pieces[index].makes_reference, index))
+        for index in ready:
+            self._state[index].out = True
+        return [(index, self._state[index].request) for index in ready]
+
+    def finish_piece(self, index: int, chunks: list[np.ndarray]) -> FinishedPiece:
+        """A piece taken whole (take_pieces), all its chunks' codes in."""
+        piece, state = self.plan.pieces[index], self._state[index]
+        state.out = False
+        state.chunks = list(chunks)
+        if piece.makes_reference:
+            first_text = state.chunk_texts[0] if state.chunk_texts is not None else state.request.text
+            self._reference_made(piece, first_chunk_voice(state.chunks[0], first_text))
+        self.pieces_done += 1
+        voice = state.request.voice
+        return FinishedPiece(piece.index, state.chunks, voice.rms if voice else None, piece.settings)
 
     @property
     def done(self) -> bool:

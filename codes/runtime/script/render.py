@@ -19,6 +19,7 @@ from codes.runtime.outputs import check_audio_output_path, check_output_path, wr
 from codes.runtime.script.model import Script
 from codes.runtime.script.parse import parse_script, read_script
 from codes.runtime.script.plan import Job, ScriptPlan, ScriptRun, plan_script
+from codes.runtime.script.store import StoredPiece
 from codes.runtime.script.speakers import resolve_speakers
 from codes.runtime.script.subtitles import caption_text
 from codes.runtime.script.timeline import RenderedScript, Timeline
@@ -34,16 +35,54 @@ CAPTION_SUFFIXES = {".srt": "srt", ".vtt": "vtt"}
 DEFAULT_MAX_BATCH = {"cpu": 1, "cuda": 8}
 
 
-def render_plan(tts, plan: ScriptPlan, max_batch: int | None = None, on_progress: Callable[[int, int], None] | None = None,
-                on_audio: Callable[[np.ndarray], None] | None = None, order: str = "length") -> RenderedScript:
+class Placing:
+    """What every driver does with a plan's pieces as they come: kept ones first, in plan order (a made
+    speaker's reference before the pieces it settles), then each finished one decoded by the driver, placed,
+    kept for a re-run, counted and reported."""
+
+    def __init__(self, run: ScriptRun, kept: Mapping[int, StoredPiece] | None, on_piece, on_progress, on_audio):
+        self.run, self.timeline = run, Timeline(run.plan)
+        self.on_piece, self.on_progress, self.on_audio = on_piece, on_progress, on_audio
+        self.spoken_seconds = 0.0
+        self.reused = 0
+        for index in sorted(kept or {}):
+            run.reuse(index, kept[index].reference)
+            self.reused += 1
+            self._place(index, kept[index].audio)
+
+    def _place(self, index: int, wav: np.ndarray) -> None:
+        block = self.timeline.add(index, wav)
+        if self.on_audio is not None and len(block):
+            self.on_audio(block)
+        if self.on_progress is not None:
+            self.on_progress(self.run.pieces_done, len(self.run.plan.pieces), self.spoken_seconds)
+
+    def spoken(self, index: int, wav: np.ndarray) -> None:
+        self.spoken_seconds += len(wav) / self.run.plan.sample_rate
+        if self.on_piece is not None:
+            self.on_piece(index, StoredPiece(wav, self.run.reference_of(index)))
+        self._place(index, wav)
+
+    def finish(self, steps: int = 0) -> RenderedScript:
+        rendered = self.timeline.finish(self.run.made_voices, steps)
+        return replace(rendered, reused=self.reused, spoken=len(self.run.plan.pieces) - self.reused)
+
+
+def render_plan(tts, plan: ScriptPlan, max_batch: int | None = None, on_progress: Callable[[int, int, float], None] | None = None,
+                on_audio: Callable[[np.ndarray], None] | None = None, order: str = "length",
+                kept: Mapping[int, StoredPiece] | None = None,
+                on_piece: Callable[[int, StoredPiece], None] | None = None) -> RenderedScript:
     """Every piece of the plan, up to max_batch work items sharing each decoding step; a chunk longer than a
-    work item (Job.fits_a_work_item) is decoded whole beside the engine. on_progress(pieces done, total);
-    on_audio(block): the mix in timeline order, as it becomes final. order: which jobs go first
-    (ScriptRun.take_jobs): "length" wastes least on padding, "timeline" gives on_audio its first block soonest.
-    max_batch None: DEFAULT_MAX_BATCH for the model's provider."""
+    work item (Job.fits_a_work_item) is decoded whole beside the engine. on_progress(pieces done, total,
+    audio seconds spoken); on_audio(block): the mix in timeline order, as it becomes final. order: which jobs
+    go first (ScriptRun.take_jobs): "length" wastes least on padding, "timeline" gives on_audio its first block
+    soonest. kept: pieces of an earlier run, by index, used as they are (a ledger's or a store's);
+    on_piece(index, piece): each piece spoken, to keep. max_batch None: DEFAULT_MAX_BATCH for the model's
+    provider."""
     if max_batch is None:
         max_batch = DEFAULT_MAX_BATCH.get(tts.provider, 1)
-    run, timeline = ScriptRun(plan, tts), Timeline(plan)
+    run = ScriptRun(plan, tts)
+    placing = Placing(run, kept, on_piece, on_progress, on_audio)
     engine = StepEngine(tts, max_batch=max_batch, max_queue=len(plan.pieces))  # at most one job a piece is out
     whole = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-whole")
     out: dict[Future, tuple[Job, object]] = {}
@@ -67,15 +106,11 @@ def render_plan(tts, plan: ScriptPlan, max_batch: int | None = None, on_progress
                 finished = run.finish_job(job, codes, item.noise if item is not None else None)
                 submit_ready()  # before decoding: the engine steps on while the codec runs
                 for piece in finished:
-                    block = timeline.add(piece.index, tts.decode(piece.chunks, piece.ref_rms, piece.settings))
-                    if on_audio is not None and len(block):
-                        on_audio(block)
-                    if on_progress is not None:
-                        on_progress(run.pieces_done, len(plan.pieces))
+                    placing.spoken(piece.index, tts.decode(piece.chunks, piece.ref_rms, piece.settings))
     finally:
         engine.stop()
         whole.shutdown(wait=True, cancel_futures=True)
-    return timeline.finish(run.made_voices, engine.steps_run)
+    return placing.finish(engine.steps_run)
 
 
 def speak_script(tts, script: Script | str | os.PathLike | None = None, speakers: Mapping | None = None, *,
@@ -83,12 +118,14 @@ def speak_script(tts, script: Script | str | os.PathLike | None = None, speakers
                  overlap: str = "error", seed: int | None = None, language: str | None = None,
                  speed: float | None = None, normalize_text: bool = False, postprocess: bool | None = None,
                  max_batch: int | None = None, settings=None, on_progress=None, on_audio=None, order: str = "length",
-                 caption_words: bool = False, **settings_overrides) -> RenderedScript:
+                 caption_words: bool = False, ledger=None, ray=None, **settings_overrides) -> RenderedScript:
     """A script spoken: `script` (a file's path, or a parsed Script) or `text` (a script's text, in
     script_format, default "text"), by `speakers` ({name: VOICE string, Voice or SpeakerVoice}, in order:
     the first speaks unmarked lines; none: one auto voice). Settings as OmniVoiceOnnx.generate takes them.
     Returns the mix, the stems, the captions and each made voice (docs/scripts.md). caption_words: each
-    caption's words too (align_captions), on a build with word timings (refused before any work elsewhere)."""
+    caption's words too (align_captions), on a build with word timings (refused before any work elsewhere).
+    ledger: a ScriptLedger (ledger.py): the pieces it holds for this plan are used, and each piece spoken is
+    kept in it. ray: a RayPlacement (cluster.py): the pieces are spoken by Ray actors (on_audio is not called)."""
     speakers = dict(speakers or {})
     if (script is None) == (text is None):
         raise UserError("give a script (a path or a Script) or its text, one of them")
@@ -103,7 +140,14 @@ def speak_script(tts, script: Script | str | os.PathLike | None = None, speakers
     plan = plan_script(script, voices, tts, settings, seed, gap, postprocess, language, speed, normalize_text)
     for warning in plan.warnings:
         logger.warning(warning)
-    rendered = render_plan(tts, plan, max_batch, on_progress, on_audio, order)
+    kept = ledger.reusable(plan, tts.build_key()) if ledger is not None else None
+    on_piece = (lambda index, piece: ledger.keep(index, piece, plan.sample_rate)) if ledger is not None else None
+    if ray is not None:
+        from codes.runtime.script.cluster import render_plan_on_ray
+
+        rendered = render_plan_on_ray(tts, plan, ray, on_progress, kept, on_piece)
+    else:
+        rendered = render_plan(tts, plan, max_batch, on_progress, on_audio, order, kept, on_piece)
     return replace(rendered, captions=align_captions(tts, plan, rendered)) if caption_words else rendered
 
 
@@ -147,10 +191,11 @@ def write_captions(path: Path, captions, sample_rate: int) -> None:
 
 
 def write_outputs(rendered: RenderedScript, output: Path, captions: Path | None = None, stems: Path | None = None,
-                  float_wav: bool = False) -> list[Path]:
-    """The mix, then the captions and each speaker's stem, each written whole; returns what was written."""
+                  float_wav: bool = False, part_folder: Path | None = None) -> list[Path]:
+    """The mix, then the captions and each speaker's stem, each written whole; returns what was written.
+    part_folder: where the mix is written before it is renamed into place (a ledger's folder)."""
     written = [output]
-    write_audio(output, rendered.audio, rendered.sample_rate, float_wav)
+    write_audio(output, rendered.audio, rendered.sample_rate, float_wav, part_folder)
     if captions is not None:
         write_captions(captions, rendered.captions, rendered.sample_rate)
         written.append(captions)

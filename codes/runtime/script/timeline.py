@@ -51,6 +51,8 @@ class RenderedScript:
     # Each piece's audio as decoded and placed at its offset (the mix may hold others over it: trimmed or mixed
     # cues, a pad over the cue before): what its words are aligned on.
     pieces: list[np.ndarray] = field(default_factory=list)
+    spoken: int = 0  # pieces spoken by this run
+    reused: int = 0  # pieces whose audio an earlier run kept (a ledger's, a store's)
 
 
 def speech_span(offset: int, length: int, pad: int) -> tuple[int, int]:
