@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 # once; the modules that start a local Ray share one worker, so two never run at once. The long modules go
 # first, so that no worker is left waiting at the end on one that started last. Modules go by file name, which
 # is unique across tests/'s folders (pytest's import mode, with no __init__.py, needs that as well).
-RAY_MODULES = ("test_corpus", "test_cluster", "test_playground")  # test_playground: its last test runs serve.py --ray
+RAY_MODULES = ("test_corpus", "test_cluster", "test_script_ray", "test_playground")  # test_playground: its last test runs serve.py --ray
 LONG_MODULES = ("test_walkthrough", "test_optimize", *RAY_MODULES, "test_hostile", "test_wyoming_hostile", "test_doors",
                 "test_published", "test_bench", "test_inference", "test_serve", "test_latency", "test_ws_door",
-                "test_plugins", "test_transcribed_uploads", "test_script_door", "test_word_timings")
+                "test_plugins", "test_transcribed_uploads", "test_script_door", "test_word_timings", "test_script_ledger")
 
 
 def pytest_collection_modifyitems(config, items):

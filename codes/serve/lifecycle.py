@@ -30,12 +30,14 @@ import logging
 import time
 
 from codes.common.errors import UserError
+from codes.common.journal import fingerprint
 from codes.runtime.chunks import TextStream, stream_chunks
 from codes.runtime.engine import QueueFull
 from codes.runtime.normalize import normalize_text
 from codes.runtime.script import ScriptBounds, SpeakerVoice, check_bounds, parse_script, plan_script
 from codes.runtime.script.render import DEFAULT_MAX_BATCH
 from codes.runtime.script.speakers import parse_voice, resolve_voice
+from codes.runtime.script.store import piece_fingerprints
 from codes.runtime.script.text_input import check_name
 from codes.runtime.synthesis import Voice
 from codes.runtime.voice_design import resolve_language
@@ -401,7 +403,24 @@ class ScriptRequest(RequestLife):
             raise RequestError(400, str(exc), "script", "bad_script") from None
         for warning in plan.warnings:
             logger.warning("script request=%d: %s", self.job.request_id, warning)
-        self.job.start(plan)
+        store = self.state.script_pieces
+        if store is None:
+            self.job.start(plan)
+            return
+        keys = await loop.run_in_executor(None, self._piece_keys, plan)
+        kept = await loop.run_in_executor(None, lambda: {i: piece for i, key in enumerate(keys)
+                                                         if (piece := store.get(key)) is not None})
+
+        def keep(index, piece):  # off the loop; a piece that cannot be kept is only spoken again next time
+            loop.run_in_executor(None, store.put, keys[index], piece)
+
+        self.job.start(plan, kept, keep)
+
+    def _piece_keys(self, plan) -> list[str]:
+        """Each piece's name in the store: its fingerprint, within the server's key (a resubmission by another
+        key shares nothing)."""
+        key = fingerprint(self.state.config.api_key or "")
+        return [fingerprint(key, print_) for print_ in piece_fingerprints(plan, self.model.tts.build_key())]
 
     def _read(self):
         """The script, parsed and held to the server's bounds (400 naming the line or cue, or the bound)."""

@@ -49,6 +49,8 @@ class Limits:
     max_script_seconds: float = 3600.0  # how long one script's track may last (400)
     max_scripts: int = 2  # scripts in flight at once (429): each holds its track in memory until it ends
     script_seconds: float = 14400.0  # a whole script request, from its arrival (the request then ends with an error)
+    script_cache_bytes: int = 1 << 30  # finished script segments kept on disk for a resubmission (0: none)
+    script_cache_seconds: float = 3600.0  # how long a kept segment lasts since it was last used
 
 
 HELP = {
@@ -94,6 +96,10 @@ HELP = {
                           "estimated from its text)",
     "max_scripts": "scripts spoken at once (429 beyond); each also counts against --max-concurrent",
     "script_seconds": "seconds a whole script request may take (it then ends with an error)",
+    "script_cache_bytes": "bytes of finished script segments kept in --voices_dir/script-pieces for a resubmission "
+                          "of the script by the same key, which then speaks only the segments that changed "
+                          "(least recently used leave first; 0 keeps none)",
+    "script_cache_seconds": "seconds a kept script segment lasts since it was last used",
 }
 FLAGS = {"max_ref_seconds_upload": "--max-upload-seconds"}  # where the flag is not the field's name
 

@@ -21,9 +21,11 @@ import numpy as np
 
 from codes.runtime.engine import QueueFull, WorkItem
 from codes.runtime.script.plan import Job, ScriptPlan, ScriptRun
+from codes.runtime.script.render import Placing
+from codes.runtime.script.store import StoredPiece
 from codes.runtime.script.subtitles import caption_text
 from codes.runtime.script.words import align_captions
-from codes.runtime.script.timeline import RenderedScript, Timeline
+from codes.runtime.script.timeline import RenderedScript
 from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.errors import StreamFailed
 from codes.serve.limits import flag
@@ -67,13 +69,17 @@ class ScriptStream:
 
     def __post_init__(self):
         self.run: ScriptRun | None = None
-        self.timeline: Timeline | None = None
+        self.placing: Placing | None = None
+        self.blocks: list[np.ndarray] = []  # the mix's final samples placing handed out, not yet yielded
         self.waiting: dict[asyncio.Future, tuple[Job, WorkItem]] = {}  # in the engine
         self.held: list[Job] = []  # taken from the plan, not yet in the engine (its queue was full)
 
-    def start(self, plan: ScriptPlan) -> None:
+    def start(self, plan: ScriptPlan, kept: dict[int, StoredPiece] | None = None, keep=None) -> None:
+        """kept: pieces a submission of this script kept (placed first, spoken by nobody); keep(index, piece):
+        each piece spoken, to keep for the next."""
         self.plan = plan
-        self.run, self.timeline = ScriptRun(plan, self.model.tts), Timeline(plan)
+        self.run = ScriptRun(plan, self.model.tts)
+        self.placing = Placing(self.run, kept, keep, None, self.blocks.append)
 
     def left(self) -> float:
         return max(self.deadline - time.perf_counter(), 0.0)
@@ -100,6 +106,19 @@ class ScriptStream:
         """A ScriptProgress each time a piece is placed, in the order pieces finish; then `rendered` is set.
         StreamFailed when a piece cannot be made, or the request runs past --script-seconds."""
         total = len(self.plan.pieces)
+
+        def from_placed() -> ScriptProgress:
+            """The pieces placed so far, and the samples that made final, as one step of progress."""
+            block = np.concatenate(self.blocks) if self.blocks else np.zeros(0, np.float32)
+            self.blocks.clear()
+            self.placed = self.run.pieces_done
+            if self.first_audio_at is None and len(block):
+                self.first_audio_at = time.perf_counter()
+            start, self.samples_out = self.samples_out, self.samples_out + len(block)
+            return ScriptProgress(self.placed, total, block, start)
+
+        if self.placing.reused:
+            yield from_placed()
         self._submit_ready()
         while not self.run.done:
             if not self.waiting:
@@ -120,13 +139,9 @@ class ScriptStream:
                 except Exception as exc:
                     raise StreamFailed(f"the codec failed on {self._where(piece.index)}: {type(exc).__name__}: "
                                        f"{exc}") from exc
-                block = self.timeline.add(piece.index, wav)
-                self.placed += 1
-                if self.first_audio_at is None and len(block):
-                    self.first_audio_at = time.perf_counter()
-                start, self.samples_out = self.samples_out, self.samples_out + len(block)
-                yield ScriptProgress(self.placed, total, block, start)
-        rendered = self.timeline.finish(self.run.made_voices)
+                self.placing.spoken(piece.index, wav)
+                yield from_placed()
+        rendered = self.placing.finish()
         tail = rendered.audio[self.samples_out:]
         if len(tail):  # a timed track's silence after its last cue's speech
             start, self.samples_out = self.samples_out, len(rendered.audio)
@@ -169,7 +184,9 @@ class ScriptStream:
 
     def log_line(self) -> str:
         return request_log("script", self.request_id, self, {
-            "segments": len(self.plan.pieces) if self.plan else 0, "spoken": self.placed,
+            "segments": len(self.plan.pieces) if self.plan else 0,
+            "spoken": self.placed - (self.placing.reused if self.placing else 0),
+            "reused": self.placing.reused if self.placing else 0,
             "audio": f"{self.samples_out / SAMPLE_RATE:.2f}s", "first_audio": since(self.first_audio_at, self.received_at),
             "total": since(time.perf_counter(), self.received_at)})
 
@@ -179,6 +196,7 @@ def script_summary(rendered: RenderedScript, response_format: str, captions: str
     track (seconds, the speech without its pads) and, in `captions` (srt, vtt, or None), its captions."""
     rate = rendered.sample_rate
     summary = {"response_format": response_format, "sample_rate": rate, "duration": len(rendered.audio) / rate,
+               "segments_spoken": rendered.spoken, "segments_reused": rendered.reused,
                "segments": [{"index": c.index, "speaker": c.speaker, "text": c.text, "start": c.start / rate,
                              "end": c.end / rate,
                              **({} if c.words is None else {"words": [{"word": w["word"], "start": w["start"] / rate,

@@ -23,6 +23,8 @@ from codes.serve.state import ServerConfig, ServerState
 from codes.serve.voices.book import DESIGN_VOICES, VoiceBook
 from codes.serve.voices.files import check_folders, encode_imported, import_folders
 from codes.serve.voices.pins import PIN_FOLDER, DesignPins, PinSettings
+
+SCRIPT_PIECES = "script-pieces"  # in --voices_dir: finished script segments, by key and fingerprint
 from codes.serve.voices.resolver import Voices
 
 logger = logging.getLogger("omnivoice.serve")
@@ -125,8 +127,9 @@ def voice_book(folder: Path) -> VoiceBook:
 
 
 def service_state(options: ServiceOptions) -> ServerState:
-    """The server's state before its model is loaded: saved voices, design pins, limits."""
+    """The server's state before its model is loaded: saved voices, design pins, kept script segments, limits."""
     from codes.runtime.manifest import read_manifest
+    from codes.runtime.script.store import PieceStore
 
     book = voice_book(options.voices_dir)
     build_id = read_manifest(options.model_dir).identity()
@@ -136,7 +139,10 @@ def service_state(options: ServiceOptions) -> ServerState:
     voices = Voices(book, pins, options.max_ref_seconds)
     config = ServerConfig(options.voices_dir, options.api_key, options.limits, options.settings, options.replica,
                           options.browsers, normalize_text=options.normalize_text)
-    return ServerState(config, voices)
+    limits = options.limits
+    pieces = PieceStore(options.voices_dir / SCRIPT_PIECES, limits.script_cache_bytes, limits.script_cache_seconds) \
+        if limits.script_cache_bytes > 0 else None
+    return ServerState(config, voices, script_pieces=pieces)
 
 
 class LoadStopped(Exception):

@@ -9,6 +9,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from codes.runtime.script.store import PieceStore
 from codes.runtime.settings import GenerationSettings
 from codes.serve.errors import RequestError, too_busy
 from codes.serve.limits import Limits, flag
@@ -36,6 +37,7 @@ class ServerState:
     in_flight: int = 0  # requests between admission and their last byte
     scripts: int = 0  # of those, scripts (each holds its track in memory: --max-scripts)
     draining: bool = False  # SIGTERM came: no new work, running requests finish
+    script_pieces: PieceStore | None = None  # finished script segments, for a resubmission (--script-cache-bytes)
 
     def unavailable(self) -> RequestError | None:
         """Why the server takes no work now (a 503, for /health and every request alike), or None."""

@@ -20,9 +20,10 @@ class FailingNoise:
 
 # A process whose PYTHONPATH starts with a folder holding this as sitecustomize.py stops, for good, inside
 # MODULE.CLASS.METHOD once that method has returned AFTER times: it writes MARKER and waits there, so a test can
-# kill it at a known point (a real SIGKILL or SIGTERM on the real command, at a moment it chose).
+# kill it at a known point (a real SIGKILL or SIGTERM on the real command, at a moment it chose). AFTER 0: the
+# first process of all to call the method (MARKER decides which) kills itself there, as a lost node would.
 PAUSE_HOOK = '''
-import importlib.abc, importlib.util, sys, threading
+import functools, importlib.abc, importlib.util, os, signal, sys, threading
 
 MODULE, CLASS, METHOD, AFTER, MARKER = {module!r}, {cls!r}, {method!r}, {after!r}, {marker!r}
 
@@ -39,7 +40,14 @@ class _PauseAfter(importlib.abc.MetaPathFinder):
             owner = getattr(module, CLASS)
             original, calls = getattr(owner, METHOD), [0]
 
+            @functools.wraps(original)  # the same signature: Ray reads an actor method's
             def paused(*args, **kwargs):
+                if AFTER == 0:  # die once, in whichever process comes first: a lost worker
+                    try:
+                        os.close(os.open(MARKER, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                    except FileExistsError:
+                        return original(*args, **kwargs)
+                    os.kill(os.getpid(), signal.SIGKILL)
                 result = original(*args, **kwargs)
                 calls[0] += 1
                 if calls[0] == AFTER:
