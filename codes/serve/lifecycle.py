@@ -362,6 +362,7 @@ class ScriptRequest(RequestLife):
         super().__init__(state, door, received_at)
         self.params = params
         self.job: ScriptStream | None = None
+        self.keeping: list[asyncio.Future] = []  # pieces being written to the store (--script-cache-bytes)
 
     def _seconds_allowed(self) -> float:
         return self.state.config.limits.script_seconds
@@ -411,8 +412,8 @@ class ScriptRequest(RequestLife):
         kept = await loop.run_in_executor(None, lambda: {i: piece for i, key in enumerate(keys)
                                                          if (piece := store.get(key)) is not None})
 
-        def keep(index, piece):  # off the loop; a piece that cannot be kept is only spoken again next time
-            loop.run_in_executor(None, store.put, keys[index], piece)
+        def keep(index, piece):  # off the loop; the request completes once its pieces are kept
+            self.keeping.append(loop.run_in_executor(None, store.put, keys[index], piece))
 
         self.job.start(plan, kept, keep)
 
@@ -461,6 +462,10 @@ class ScriptRequest(RequestLife):
         last, with the whole track in `job.rendered`."""
         async for step in self.job.progress():
             yield step
+        try:
+            await asyncio.gather(*self.keeping)
+        except OSError as exc:  # a full disk: this script is spoken, only a resubmission speaks more
+            logger.warning("script request=%d: its segments could not all be kept: %s", self.job.request_id, exc)
         self.completed = True
 
     async def whole(self):

@@ -137,6 +137,34 @@ def test_an_srt_streams_progress_and_its_audio_in_timeline_order(server, served_
     np.testing.assert_array_equal(samples(base64.b64decode(whole["audio"])), streamed)
 
 
+def test_an_edited_resubmission_speaks_only_the_changed_segment(server, served_build, tmp_path):
+    """The server keeps a script's finished segments (--script-cache-bytes/-seconds): the same script again, with
+    one line edited, speaks that line alone, and its track is the edited script's, as if spoken afresh."""
+    speakers = {"Ann": "alloy", "Ben": "instruct:female, high pitch"}
+    lines = ["Ann: A script kept between submissions.", "Ben: Its second line, designed.",
+             "Ann: A third line, to be edited.", "Ben: And the designed voice again."]
+    body = {"script": "\n".join(lines), "speakers": speakers, **SETTINGS}
+    store = server.voices_dir / "script-pieces"
+    before = len(list(store.glob("*.npz")))
+    first = post(server, body).json()
+    assert (first["segments_spoken"], first["segments_reused"]) == (4, 0)
+    lines[2] = "Ann: A third line, edited now."
+    mark = len(server.log_lines())
+    edited = post(server, {**body, "script": "\n".join(lines)}).json()
+    assert (edited["segments_spoken"], edited["segments_reused"]) == (1, 3)
+    logged = [line for line in server.log_lines(mark) if "script request=" in line and "status=" in line]
+    assert logged and "spoken=1" in logged[-1] and "reused=3" in logged[-1]
+    pin = tmp_path / "alloy.npz"
+    pin.write_bytes(httpx.get(f"{server.url}/v1/audio/voices/alloy?format=npz", headers=headers(), timeout=WAIT).content)
+    expected = runtime_track(served_build, "\n".join(lines), {"Ann": str(pin), "Ben": speakers["Ben"]})
+    np.testing.assert_array_equal(samples(base64.b64decode(edited["audio"])), expected)
+    # Other settings are another script: nothing of it is reused.
+    other = post(server, {**body, "script": "\n".join(lines), "num_steps": 3}).json()
+    assert (other["segments_spoken"], other["segments_reused"]) == (4, 0)
+    kept = list(store.glob("*.npz"))
+    assert len(kept) == before + 9 and all(all(c in "0123456789abcdef" for c in p.stem) for p in kept)
+
+
 def test_bad_scripts_and_bounds_are_refused_before_any_work(bounded):
     def refused(body: dict, status: int, fragment: str, param: str | None = "script"):
         answer = httpx.post(f"{bounded.url}/v1/audio/script", json=body, timeout=WAIT)
