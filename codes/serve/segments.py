@@ -21,7 +21,7 @@ import numpy as np
 
 from codes.runtime.engine import QueueFull, WorkItem
 from codes.runtime.script.plan import Job, ScriptPlan, ScriptRun
-from codes.runtime.script.render import Placing
+from codes.runtime.script.placing import Placing
 from codes.runtime.script.store import StoredPiece
 from codes.runtime.script.subtitles import caption_text
 from codes.runtime.script.words import align_captions

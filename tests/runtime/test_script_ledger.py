@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from helpers.dubbing import CLI, CUES, fresh, model_dir, speak, speakers, srt, summary, voices  # noqa: F401 (fixtures)

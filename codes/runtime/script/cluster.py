@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from codes.common.errors import UserError
 from codes.common.ray_start import actor_resources, ray_cause, start_ray
 from codes.runtime.script.plan import ScriptPlan, ScriptRun
-from codes.runtime.script.render import Placing
+from codes.runtime.script.placing import Placing
 from codes.runtime.script.store import StoredPiece
 
 RETRIES = 2  # restarts of a lost actor, and runs of the piece it held

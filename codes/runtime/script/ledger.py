@@ -18,7 +18,6 @@ damaged journal line or piece file is each said in one line, and what it affects
 from __future__ import annotations
 
 import logging
-import os
 import re
 from pathlib import Path
 

@@ -19,10 +19,11 @@ from codes.runtime.outputs import check_audio_output_path, check_output_path, wr
 from codes.runtime.script.model import Script
 from codes.runtime.script.parse import parse_script, read_script
 from codes.runtime.script.plan import Job, ScriptPlan, ScriptRun, plan_script
+from codes.runtime.script.placing import Placing
 from codes.runtime.script.store import StoredPiece
 from codes.runtime.script.speakers import resolve_speakers
 from codes.runtime.script.subtitles import caption_text
-from codes.runtime.script.timeline import RenderedScript, Timeline
+from codes.runtime.script.timeline import RenderedScript
 from codes.runtime.script.words import align_captions
 from codes.common.fileio import atomic_path
 
@@ -33,39 +34,6 @@ CAPTION_SUFFIXES = {".srt": "srt", ".vtt": "vtt"}
 # 1.5x the time one by one took, and its SRT in 1.1x, at 2.5x the memory (bench/script_results.md). On a GPU a
 # step's cost is mostly fixed (the engine's premise, docs/DESIGN.md §scheduling), so sharing comes nearly free.
 DEFAULT_MAX_BATCH = {"cpu": 1, "cuda": 8}
-
-
-class Placing:
-    """What every driver does with a plan's pieces as they come: kept ones first, in plan order (a made
-    speaker's reference before the pieces it settles), then each finished one decoded by the driver, placed,
-    kept for a re-run, counted and reported."""
-
-    def __init__(self, run: ScriptRun, kept: Mapping[int, StoredPiece] | None, on_piece, on_progress, on_audio):
-        self.run, self.timeline = run, Timeline(run.plan)
-        self.on_piece, self.on_progress, self.on_audio = on_piece, on_progress, on_audio
-        self.spoken_seconds = 0.0
-        self.reused = 0
-        for index in sorted(kept or {}):
-            run.reuse(index, kept[index].reference)
-            self.reused += 1
-            self._place(index, kept[index].audio)
-
-    def _place(self, index: int, wav: np.ndarray) -> None:
-        block = self.timeline.add(index, wav)
-        if self.on_audio is not None and len(block):
-            self.on_audio(block)
-        if self.on_progress is not None:
-            self.on_progress(self.run.pieces_done, len(self.run.plan.pieces), self.spoken_seconds)
-
-    def spoken(self, index: int, wav: np.ndarray) -> None:
-        self.spoken_seconds += len(wav) / self.run.plan.sample_rate
-        if self.on_piece is not None:
-            self.on_piece(index, StoredPiece(wav, self.run.reference_of(index)))
-        self._place(index, wav)
-
-    def finish(self, steps: int = 0) -> RenderedScript:
-        rendered = self.timeline.finish(self.run.made_voices, steps)
-        return replace(rendered, reused=self.reused, spoken=len(self.run.plan.pieces) - self.reused)
 
 
 def render_plan(tts, plan: ScriptPlan, max_batch: int | None = None, on_progress: Callable[[int, int, float], None] | None = None,
