@@ -28,3 +28,16 @@ def test_a_script_on_ray_actors_writes_what_a_local_run_writes_even_when_an_acto
     again = run_script("inference.py", "--model_dir", model_dir, *CLI, "--script", script, "--output", output,
                        *speakers(voices))
     assert summary(again) == (0, 6, 6) and output.read_bytes() == fresh.read_bytes()
+
+
+def test_the_cluster_benchmark_runs_each_mode_and_they_write_one_file(model_dir, tmp_path):
+    """bench/script_cluster_bench.py's code on the tiny model: a smoke test (no timing assertions)."""
+    from codes.checks.script_cluster_bench import markdown, run_benchmark
+
+    logged = []
+    report = run_benchmark(model_dir, None, cues=3, num_steps=2, threads=2, work=tmp_path, log=logged.append)
+    assert [row["mode"] for row in report["rows"]] == ["one actor", "2 actors", "no Ray"] and len(logged) == 3
+    assert report["same_file"] and all(row["audio_s"] > 0 and row["rtf"] > 0 for row in report["rows"])
+    page = "\n".join(markdown(report, "python bench/script_cluster_bench.py ..."))
+    assert report["machine"]["cpu"] in page and "| 2 actors | `--ray --actors 2 --threads_per_actor 1` |" in page
+    assert "one file, byte for byte" in page
