@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile
 
+from helpers.faults import fault_hook
 from helpers.scripts import ROOT, last_error_line, run_script
 from helpers.synthesis_inputs import ASR_ONLY, FP32_BUILD, REF_TEXT, reference_clip, write_clip
 
@@ -398,37 +399,6 @@ def test_ledger_survives_a_half_written_line_and_owns_only_what_it_claimed(tmp_p
     assert [json.loads(line)["status"] for line in lines] == ["ok"]
 
 
-# Loaded by every Python process of a run whose PYTHONPATH holds its folder (the driver and Ray's workers):
-# an actor that comes to write a file whose name holds "crash" dies, as a segfault in the runtime would kill it.
-CRASH_HOOK = '''
-import importlib.abc, importlib.util, os, signal, sys
-
-class _CrashOnWrite(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name != "codes.corpus.worker":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        run_module = spec.loader.exec_module
-
-        def exec_module(module):
-            run_module(module)
-            encode = module.encode_audio
-
-            def crashing(path, *args, **kwargs):
-                if "crash" in os.path.basename(str(path)):
-                    os.kill(os.getpid(), signal.SIGKILL)
-                return encode(path, *args, **kwargs)
-
-            module.encode_audio = crashing
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-sys.meta_path.insert(0, _CrashOnWrite())
-'''
-
-
 def test_a_crashing_row_is_failed_then_skipped_until_retry_failed_and_a_replaced_clip_is_spoken_again(build, tmp_path):
     """One corpus, three runs (each Ray start costs seconds): a row that kills its actor, a row cloning a
     reference clip that is then replaced under the same name, and a plain row."""
@@ -437,13 +407,13 @@ def test_a_crashing_row_is_failed_then_skipped_until_retry_failed_and_a_replaced
             {"id": "cloned", "text": "A cloned row, spoken second.", "ref_audio": "ref.wav", "ref_text": REF_TEXT},
             {"id": "crash", "text": "Dies."}]  # shortest: spoken last, after its batch-mates were published
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    (tmp_path / "hook").mkdir()
-    (tmp_path / "hook" / "sitecustomize.py").write_text(CRASH_HOOK)
+    # An actor that comes to write a file whose name holds "crash" dies, as a segfault in the runtime would kill it.
+    hook = fault_hook(tmp_path / "hook", "codes.corpus.worker", None, "encode_audio", "die_on_name", "crash")
     out = tmp_path / "out"
     args = ["--model_dir", build, "--input", tmp_path / "rows.jsonl", "--output", out, "--actors", "1",
             "--batch-size", "4", *FAST]
 
-    crashed = run_script("corpus.py", *args, env={"PYTHONPATH": str(tmp_path / "hook")})
+    crashed = run_script("corpus.py", *args, env=hook)
     assert crashed.returncode == 0, crashed.stderr
     first = {r["id"]: r for r in results_of(out)}
     assert first["long-plain"]["status"] == first["cloned"]["status"] == "ok"

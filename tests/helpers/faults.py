@@ -18,16 +18,18 @@ class FailingNoise:
         return self.inner.uniform(shape)
 
 
-# A process whose PYTHONPATH starts with a folder holding this as sitecustomize.py stops, for good, inside
-# MODULE.CLASS.METHOD once that method has returned AFTER times: it writes MARKER and waits there, so a test can
-# kill it at a known point (a real SIGKILL or SIGTERM on the real command, at a moment it chose). AFTER 0: the
-# first process of all to call the method (MARKER decides which) kills itself there, as a lost node would.
-PAUSE_HOOK = '''
+# A process whose PYTHONPATH starts with a folder holding this as sitecustomize.py (the driver, and Ray's
+# workers, which inherit it) changes MODULE's OWNER.ATTRIBUTE (OWNER None: a function of the module itself):
+#   "pause", after the call numbered AFTER has returned: it writes MARKER and waits there, so a test can kill it at
+#            a known point (a real SIGKILL or SIGTERM on the real command, at a moment it chose);
+#   "die_once": the first process of all to call it (MARKER decides which) kills itself there, as a lost node would;
+#   "die_on_name": a call whose first argument's file name holds MARKER kills its process, as a segfault would.
+HOOK = '''
 import functools, importlib.abc, importlib.util, os, signal, sys, threading
 
-MODULE, CLASS, METHOD, AFTER, MARKER = {module!r}, {cls!r}, {method!r}, {after!r}, {marker!r}
+MODULE, OWNER, ATTRIBUTE, ACTION, AFTER, MARKER = {module!r}, {owner!r}, {attribute!r}, {action!r}, {after!r}, {marker!r}
 
-class _PauseAfter(importlib.abc.MetaPathFinder):
+class _Fault(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name != MODULE:
             return None
@@ -37,12 +39,14 @@ class _PauseAfter(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run_module(module)
-            owner = getattr(module, CLASS)
-            original, calls = getattr(owner, METHOD), [0]
+            owner = getattr(module, OWNER) if OWNER else module
+            original, calls = getattr(owner, ATTRIBUTE), [0]
 
             @functools.wraps(original)  # the same signature: Ray reads an actor method's
-            def paused(*args, **kwargs):
-                if AFTER == 0:  # die once, in whichever process comes first: a lost worker
+            def changed(*args, **kwargs):
+                if ACTION == "die_on_name" and MARKER in os.path.basename(str(args[0])):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                if ACTION == "die_once":
                     try:
                         os.close(os.open(MARKER, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
                     except FileExistsError:
@@ -50,26 +54,28 @@ class _PauseAfter(importlib.abc.MetaPathFinder):
                     os.kill(os.getpid(), signal.SIGKILL)
                 result = original(*args, **kwargs)
                 calls[0] += 1
-                if calls[0] == AFTER:
+                if ACTION == "pause" and calls[0] == AFTER:
                     open(MARKER, "w").close()
                     threading.Event().wait()  # until killed
                 return result
 
-            setattr(owner, METHOD, paused)
+            setattr(owner, ATTRIBUTE, changed)
 
         spec.loader.exec_module = exec_module
         return spec
 
-sys.meta_path.insert(0, _PauseAfter())
+sys.meta_path.insert(0, _Fault())
 '''
 
 
-def pause_hook(folder, module: str, cls: str, method: str, after: int, marker) -> dict:
+def fault_hook(folder, module: str, owner: str | None, attribute: str, action: str, marker, after: int = 0) -> dict:
     """Write the hook into `folder`; returns the environment that loads it (PYTHONPATH first)."""
     import os
     from pathlib import Path
 
+    assert action in ("pause", "die_once", "die_on_name"), action
     Path(folder).mkdir(parents=True, exist_ok=True)
     (Path(folder) / "sitecustomize.py").write_text(
-        PAUSE_HOOK.format(module=module, cls=cls, method=method, after=after, marker=str(marker)), encoding="utf-8")
+        HOOK.format(module=module, owner=owner, attribute=attribute, action=action, after=after, marker=str(marker)),
+        encoding="utf-8")
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}

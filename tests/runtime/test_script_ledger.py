@@ -14,7 +14,7 @@ import time
 
 import pytest
 from helpers.dubbing import CLI, CUES, fresh, model_dir, speak, speakers, srt, summary, voices  # noqa: F401 (fixtures)
-from helpers.faults import pause_hook
+from helpers.faults import fault_hook
 from helpers.scripts import ROOT, last_error_line, run_main
 
 from codes.runtime.script.ledger import JOURNAL, PIECES, ledger_folder
@@ -22,7 +22,7 @@ from codes.runtime.script.ledger import JOURNAL, PIECES, ledger_folder
 def killed_run(model_dir, voices, script, output, hooks, sig, after=2) -> subprocess.CompletedProcess:
     """inference.py stopped by `sig` once it has kept `after` segments (it waits there until the signal)."""
     marker = hooks / "paused"
-    env = {**os.environ, **pause_hook(hooks, "codes.runtime.script.ledger", "ScriptLedger", "keep", after, marker)}
+    env = {**os.environ, **fault_hook(hooks, "codes.runtime.script.ledger", "ScriptLedger", "keep", "pause", marker, after)}
     args = [sys.executable, str(ROOT / "inference.py"), "--model_dir", str(model_dir), *CLI, "--script", str(script),
             "--output", str(output), *speakers(voices)]
     run = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

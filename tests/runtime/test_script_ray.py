@@ -3,7 +3,7 @@ run gives, and an actor lost mid-piece is replaced and its piece spoken again.""
 
 from __future__ import annotations
 
-from helpers.faults import pause_hook
+from helpers.faults import fault_hook
 from helpers.scripts import run_script
 from helpers.dubbing import CLI, CUES, fresh, model_dir, speakers, srt, summary, voices  # noqa: F401 (fixtures)
 
@@ -15,7 +15,7 @@ def test_a_script_on_ray_actors_writes_what_a_local_run_writes_even_when_an_acto
     script, output = tmp_path / "dub.srt", tmp_path / "dub.wav"
     script.write_text(srt(CUES), encoding="utf-8")
     # The first actor to speak a piece dies there (SIGKILL): Ray starts it again and the piece is redone.
-    env = pause_hook(tmp_path / "hooks", "codes.runtime.script.cluster", "PieceSpeaker", "speak", 0,
+    env = fault_hook(tmp_path / "hooks", "codes.runtime.script.cluster", "PieceSpeaker", "speak", "die_once",
                      tmp_path / "hooks" / "died")
     result = run_script("inference.py", "--model_dir", model_dir, *CLI, "--script", script, "--output", output,
                         *speakers(voices), "--ray", "--actors", "2", env=env)
