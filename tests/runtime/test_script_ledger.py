@@ -156,3 +156,9 @@ def test_a_folder_in_the_ledgers_place_is_never_used_or_touched(model_dir, voice
     assert result.returncode == 2
     assert last_error_line(result).startswith(f"error: {theirs} holds files that are not a script ledger")
     assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"] and not output.exists()
+    # A run that fails before it keeps a segment (a speaker's voice file unreadable) leaves no ledger behind.
+    (tmp_path / "bad.npz").write_bytes(b"not a voice")
+    other = tmp_path / "other.wav"
+    failed = run_main("inference.py", "--model_dir", model_dir, *CLI, "--script", script, "--output", other,
+                      "--speaker", f"Narrator={tmp_path / 'bad.npz'}", "--speaker", f"ALICE={voices['alice']}")
+    assert failed.returncode == 2 and not other.exists() and not ledger_folder(other).exists()

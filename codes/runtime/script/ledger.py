@@ -48,6 +48,7 @@ class ScriptLedger:
         if self.folder.is_dir() and not (self.folder / JOURNAL).is_file() and any(self.folder.iterdir()):
             raise UserError(f"{self.folder} holds files that are not a script ledger; move them or choose another "
                             "--output (or give --no_ledger)")
+        self._made = not self.folder.exists()  # a run that keeps nothing removes the folder it made
         try:
             (self.folder / PIECES).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -146,4 +147,12 @@ class ScriptLedger:
     def close(self) -> None:
         if self._journal is not None:
             self._journal.close()
+        if self._made and not self.pieces and self.last_output is None:  # failed before it kept anything
+            for path in (self.folder / JOURNAL, self.folder / LOCK):
+                path.unlink(missing_ok=True)
+            for folder in (self.folder / PIECES, self.folder):
+                try:
+                    folder.rmdir()
+                except OSError:  # something else is in it now: it stays
+                    break
         self._lock.close()
