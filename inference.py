@@ -229,32 +229,31 @@ def _speak_script(args, settings) -> int:
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     ledger = None if args.no_ledger else ScriptLedger(args.output, say=lambda line: print(line, file=sys.stderr))
     try:
-        tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads,
-                            backbone=args.backbone, asr_dir=args.asr_dir)
-        tts.codec.load_decoder()  # a missing codec fails before any compute
-        if ledger is not None:
-            ledger.remove_temporaries()  # what a killed run was writing
-        # None: the format's own (on for text pieces, off for cues); given: for every piece.
-        postprocess = None if args.postprocess_output is None and not args.no_postprocess else settings.postprocess_output
-        bar = None if args.quiet else _segment_bar(len(script.segments))
-        start = time.perf_counter()
-        try:
-            with _sigterm_interrupts():
-                rendered = speak_script(tts, script, speakers, gap=args.gap or 0.0, seed=args.seed,
-                                        language=args.language, speed=args.speed, normalize_text=args.normalize_text,
-                                        postprocess=postprocess, max_batch=args.max_batch, settings=settings,
-                                        on_progress=bar, caption_words=args.caption_words, ledger=ledger,
-                                        ray=placement)
-                elapsed, seconds = time.perf_counter() - start, len(rendered.audio) / rendered.sample_rate
-                written = write_outputs(rendered, args.output, args.captions, args.stems, args.float_wav,
-                                        ledger.folder if ledger is not None else None)
-                if ledger is not None:
-                    ledger.finish()
-        except KeyboardInterrupt:
-            kept = f"; the segments finished are kept in {ledger.folder}, run the same command again to resume" \
-                if ledger is not None else ""
-            print(f"error: interrupted; {args.output} was not written{kept}", file=sys.stderr)
-            return 130
+        with _sigterm_interrupts():
+            tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=args.provider, threads=args.threads,
+                                backbone=args.backbone, asr_dir=args.asr_dir)
+            tts.codec.load_decoder()  # a missing codec fails before any compute
+            if ledger is not None:
+                ledger.remove_temporaries()  # what a killed run was writing
+            # None: the format's own (on for text pieces, off for cues); given: for every piece.
+            postprocess = None if args.postprocess_output is None and not args.no_postprocess \
+                else settings.postprocess_output
+            bar = None if args.quiet else _segment_bar(len(script.segments))
+            start = time.perf_counter()
+            rendered = speak_script(tts, script, speakers, gap=args.gap or 0.0, seed=args.seed,
+                                    language=args.language, speed=args.speed, normalize_text=args.normalize_text,
+                                    postprocess=postprocess, max_batch=args.max_batch, settings=settings,
+                                    on_progress=bar, caption_words=args.caption_words, ledger=ledger, ray=placement)
+            elapsed, seconds = time.perf_counter() - start, len(rendered.audio) / rendered.sample_rate
+            written = write_outputs(rendered, args.output, args.captions, args.stems, args.float_wav,
+                                    ledger.folder if ledger is not None else None)
+            if ledger is not None:
+                ledger.finish()
+    except KeyboardInterrupt:
+        kept = f"; the segments finished are kept in {ledger.folder}, run the same command again to resume" \
+            if ledger is not None and ledger.pieces else ""
+        print(f"error: interrupted; {args.output} was not written{kept}", file=sys.stderr)
+        return 130
     finally:
         if ledger is not None:
             ledger.close()
