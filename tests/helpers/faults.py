@@ -23,7 +23,8 @@ class FailingNoise:
 #   "pause", after the call numbered AFTER has returned: it writes MARKER and waits there, so a test can kill it at
 #            a known point (a real SIGKILL or SIGTERM on the real command, at a moment it chose);
 #   "die_once": the first process of all to call it (MARKER decides which) kills itself there, as a lost node would;
-#   "die_on_name": a call whose first argument's file name holds MARKER kills its process, as a segfault would.
+#   "die_on_name": a call whose first argument's file name holds MARKER kills its process, as a segfault would;
+#   "delay": every call waits AFTER seconds first (MARKER written then): work that takes long, as at full size.
 HOOK = '''
 import functools, importlib.abc, importlib.util, os, signal, sys, threading
 
@@ -44,6 +45,9 @@ class _Fault(importlib.abc.MetaPathFinder):
 
             @functools.wraps(original)  # the same signature: Ray reads an actor method's
             def changed(*args, **kwargs):
+                if ACTION == "delay":
+                    open(MARKER, "w").close()
+                    threading.Event().wait(AFTER)
                 if ACTION == "die_on_name" and MARKER in os.path.basename(str(args[0])):
                     os.kill(os.getpid(), signal.SIGKILL)
                 if ACTION == "die_once":
@@ -73,7 +77,7 @@ def fault_hook(folder, module: str, owner: str | None, attribute: str, action: s
     import os
     from pathlib import Path
 
-    assert action in ("pause", "die_once", "die_on_name"), action
+    assert action in ("pause", "die_once", "die_on_name", "delay"), action
     Path(folder).mkdir(parents=True, exist_ok=True)
     (Path(folder) / "sitecustomize.py").write_text(
         HOOK.format(module=module, owner=owner, attribute=attribute, action=action, after=after, marker=str(marker)),

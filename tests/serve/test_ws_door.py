@@ -23,6 +23,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.tts import Synthesize, SynthesizeVoice
 
+from helpers.faults import fault_hook
 from helpers.serving import RATE, Server, free_port
 
 KEY = "agent-key"
@@ -291,6 +292,27 @@ def test_a_client_that_starts_and_goes_silent_is_closed(server):
         ws.send(json.dumps(START))
         error, close = refusal(ws)
     assert error["code"] == "idle_timeout" and "--ws-idle-seconds" in error["message"] and close == 1008
+
+
+def test_a_stream_whose_voice_is_still_being_made_is_not_closed_as_idle(served_build, tmp_path):
+    """A first request for a design voice waits for its pin, which at full size takes tens of seconds; its text
+    and end are sent. The server owes it audio, so --ws-idle-seconds must not close it. Here the pin's save is
+    held three times the idle bound (a fault hook in the server process)."""
+    marker = tmp_path / "hook" / "delayed"
+    env = fault_hook(tmp_path / "hook", "codes.runtime.synthesis", "Voice", "save", "delay", marker, after=3)
+    srv = Server(served_build, tmp_path / "voices", tmp_path / "server.log", "--api-key", KEY, "--num-steps", "4",
+                 "--ws-idle-seconds", "1", env=env)
+    try:
+        srv.ws_url = srv.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+        with opened(srv) as ws:
+            send(ws, **START)
+            send(ws, type="text", text=REPLY)
+            send(ws, type="end")
+            audio, events = until(ws, "done")
+        assert marker.exists() and len(audio) > 0
+        assert [e for e in events if e["type"] == "error"] == []
+    finally:
+        srv.stop()
 
 
 # --- the same timings on the other doors --------------------------------------------------------------
