@@ -1,7 +1,9 @@
 """OpenAI's error body, `{"error": {"message", "type", "param", "code"}}`: the one shape every answer that
 refuses or fails takes, whoever writes it (the app, the connection bounds, the stream door, Ray's proxy).
 
-Imports nothing but the standard library, since Ray's HTTP proxy loads codes/serve/proxy_errors.py, which uses it.
+Imports nothing but the standard library, since Ray's HTTP proxy loads codes/serve/proxy_errors.py, which uses it:
+that is why it is not in errors.py, which imports the runtime (the engine's exceptions). errors.py's
+RequestError.body() and every door build the body here.
 """
 
 from __future__ import annotations

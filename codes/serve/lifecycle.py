@@ -408,20 +408,19 @@ class ScriptRequest(RequestLife):
         if store is None:
             self.job.start(plan)
             return
-        keys = await loop.run_in_executor(None, self._piece_keys, plan)
-        kept = await loop.run_in_executor(None, lambda: {i: piece for i, key in enumerate(keys)
-                                                         if (piece := store.get(key)) is not None})
+        keys, kept = await loop.run_in_executor(None, self._kept_pieces, store, plan)
 
         def keep(index, piece):  # off the loop; the request completes once its pieces are kept
             self.keeping.append(loop.run_in_executor(None, store.put, keys[index], piece))
 
         self.job.start(plan, kept, keep)
 
-    def _piece_keys(self, plan) -> list[str]:
-        """Each piece's name in the store: its fingerprint, within the server's key (a resubmission by another
-        key shares nothing)."""
+    def _kept_pieces(self, store, plan) -> tuple[list[str], dict]:
+        """Each piece's name in the store (its fingerprint, within the server's key: a resubmission by another
+        key shares nothing), and the pieces the store holds, by index."""
         key = fingerprint(self.state.config.api_key or "")
-        return [fingerprint(key, print_) for print_ in piece_fingerprints(plan, self.model.tts.build_key())]
+        keys = [fingerprint(key, print_) for print_ in piece_fingerprints(plan, self.model.tts.build_key())]
+        return keys, {index: piece for index, name in enumerate(keys) if (piece := store.get(name)) is not None}
 
     def _read(self):
         """The script, parsed and held to the server's bounds (400 naming the line or cue, or the bound)."""

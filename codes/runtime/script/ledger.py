@@ -4,8 +4,8 @@ killed resumes, and a run of an edited script speaks only the pieces whose finge
 OUTPUT.ledger/                 the output's own folder (dub.wav -> dub.wav.ledger/); nothing outside it is
                                ever deleted, and no name in it comes from the user
   ledger.jsonl                 {"build"}: the build it was made with; one record per piece kept
-                               {"fingerprint", "bytes", "sha256", "seconds"}; {"output"}: the output
-                               last written from it (its name, size and sha256)
+                               {"fingerprint", "bytes", "seconds"} (the file checks its own content);
+                               {"output"}: the output last written from it (its name, size and sha256)
   pieces/<fingerprint>.npz     a piece's audio (and a made speaker's reference), written whole
   lock                         held while a run uses the folder
   .<output name>.<hex>.<ext>   the output being written: renamed onto the output once whole, so a kill
@@ -37,9 +37,9 @@ def ledger_folder(output: Path) -> Path:
 
 
 class ScriptLedger:
-    """The ledger of one output, open for one run: call check_folder's checks by opening it before any
-    compute, reusable() once the plan is made, keep() as each piece finishes, finish() once the output is
-    written. say: where its one-line notices go (the CLI's stderr)."""
+    """The ledger of one output, open for one run: open it before any compute (a folder that cannot be a
+    ledger is refused then), reusable() once the plan is made, keep() as each piece finishes, finish() once
+    the output is written, close() always. say: where its one-line notices go (the CLI's stderr)."""
 
     def __init__(self, output: Path, say=logger.warning):
         self.output, self.folder, self.say = Path(output), ledger_folder(Path(output)), say
@@ -65,10 +65,19 @@ class ScriptLedger:
         self.last_output = next((r["output"] for r in reversed(records) if isinstance(r.get("output"), dict)), None)
         self._journal: Journal | None = None
         self.fingerprints: list[str] = []
+        self.sample_rate = 0
+
+    def _piece_path(self, key: str) -> Path:
+        return self.folder / PIECES / f"{key}{PIECE_SUFFIX}"
+
+    def _rewrite(self) -> None:
+        """The journal as what this ledger holds now, replaced whole."""
+        rewrite_records(self.folder / JOURNAL, [{"build": self.build}, *self.pieces.values(),
+                                                *([{"output": self.last_output}] if self.last_output else [])])
 
     def reusable(self, plan, build: str) -> dict[int, StoredPiece]:
         """The plan's pieces this ledger holds, checked; says what it found where it cannot be trusted."""
-        self.fingerprints = piece_fingerprints(plan, build)
+        self.fingerprints, self.sample_rate = piece_fingerprints(plan, build), plan.sample_rate
         if self.build is not None and self.build != build and self.pieces:
             self.say(f"{self.folder} was written by another build; its {len(self.pieces)} piece(s) are not used, "
                      "every segment is spoken again")
@@ -89,10 +98,9 @@ class ScriptLedger:
         if damaged:
             self.say(f"{self.folder}: the kept audio of segment(s) {', '.join(map(str, damaged))} is damaged or "
                      "missing; they are spoken again")
-        rewrite_records(self.folder / JOURNAL, [{"build": build}, *self.pieces.values(),
-                                                *([{"output": self.last_output}] if self.last_output else [])])
-        self._journal = Journal(self.folder / JOURNAL)
         self.build = build
+        self._rewrite()
+        self._journal = Journal(self.folder / JOURNAL)
         return kept
 
     def _check_output(self) -> None:
@@ -104,38 +112,32 @@ class ScriptLedger:
                      "from the pieces the ledger holds")
 
     def _read(self, key: str, entry: dict) -> StoredPiece | None:
-        path = self.folder / PIECES / f"{key}{PIECE_SUFFIX}"
         try:
-            data = path.read_bytes()
+            data = self._piece_path(key).read_bytes()
         except OSError:
             return None
         if len(data) != entry.get("bytes"):
             return None
         return read_piece(data)
 
-    def keep(self, index: int, piece: StoredPiece, sample_rate: int) -> None:
+    def keep(self, index: int, piece: StoredPiece) -> None:
         """A piece just finished: on the disk, then in the journal, before the run goes on."""
         key = self.fingerprints[index]
-        size = write_piece(self.folder / PIECES / f"{key}{PIECE_SUFFIX}", piece)
-        entry = {"fingerprint": key, "bytes": size, "seconds": round(len(piece.audio) / sample_rate, 3)}
+        size = write_piece(self._piece_path(key), piece)
+        entry = {"fingerprint": key, "bytes": size, "seconds": round(len(piece.audio) / self.sample_rate, 3)}
         self.pieces[key] = entry
         self._journal.append([entry])
-
-    def temporary_folder(self) -> Path:
-        """Where the output is written before it is renamed into place (a kill leaves its part here)."""
-        return self.folder
 
     def finish(self) -> None:
         """The output is written: record it, and delete the pieces no longer in the script (only files this
         ledger names, in its own folder)."""
         wanted = set(self.fingerprints)
         for key in [k for k in self.pieces if k not in wanted]:
-            (self.folder / PIECES / f"{key}{PIECE_SUFFIX}").unlink(missing_ok=True)
+            self._piece_path(key).unlink(missing_ok=True)
             del self.pieces[key]
         self.last_output = {"name": self.output.name, "bytes": self.output.stat().st_size,
                             "sha256": sha256_file(self.output)}
-        rewrite_records(self.folder / JOURNAL, [{"build": self.build}, *self.pieces.values(),
-                                                {"output": self.last_output}])
+        self._rewrite()
 
     def remove_temporaries(self) -> None:
         """The parts a killed run left in this folder: its output's, and pieces' (atomic_path's names)."""

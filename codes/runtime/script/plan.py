@@ -261,9 +261,7 @@ class ScriptRun:
             self._reference_made(piece, first_chunk_voice(codes, job.request.text))
         if len(state.chunks) < state.total:
             return []
-        self.pieces_done += 1
-        voice = state.request.voice
-        return [FinishedPiece(piece.index, state.chunks, voice.rms if voice else None, piece.settings)]
+        return [self._finished(job.piece)]
 
     def _reference_made(self, piece: Piece, reference: Voice) -> None:
         """A made speaker's reference exists: its later pieces are settled on it."""
@@ -312,6 +310,10 @@ class ScriptRun:
         if piece.makes_reference:
             first_text = state.chunk_texts[0] if state.chunk_texts is not None else state.request.text
             self._reference_made(piece, first_chunk_voice(state.chunks[0], first_text))
+        return self._finished(index)
+
+    def _finished(self, index: int) -> FinishedPiece:
+        piece, state = self.plan.pieces[index], self._state[index]
         self.pieces_done += 1
         voice = state.request.voice
         return FinishedPiece(piece.index, state.chunks, voice.rms if voice else None, piece.settings)

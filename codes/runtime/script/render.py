@@ -109,7 +109,7 @@ def speak_script(tts, script: Script | str | os.PathLike | None = None, speakers
     for warning in plan.warnings:
         logger.warning(warning)
     kept = ledger.reusable(plan, tts.build_key()) if ledger is not None else None
-    on_piece = (lambda index, piece: ledger.keep(index, piece, plan.sample_rate)) if ledger is not None else None
+    on_piece = ledger.keep if ledger is not None else None
     if ray is not None:
         from codes.runtime.script.cluster import render_plan_on_ray
 
