@@ -12,9 +12,9 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.fileio import sha256_file
+from codes.export.generated import GENERATED
 
 DEFAULT_HUB_ID = "k2-fsa/OmniVoice"
-GENERATED = ("tiny-random", "full-random")
 
 BACKBONE_FILES = ("config.json",)
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -103,13 +103,14 @@ def resolve_checkpoint(model: str, need_backbone: bool = True, need_higgs: bool 
         path = _resolve_hub(model)
         ckpt = Checkpoint(path, {**identity_of(path), "kind": "hub", "repo_id": model, "revision": path.name})
     else:
-        raise UserError(f"--model {model}: no such folder; pass a checkpoint folder, a cached hub id or tiny-random")
+        raise UserError(f"--model {model}: no such folder; pass a checkpoint folder, a cached hub id or one "
+                        f"of {', '.join(GENERATED)}")
     check_layout(ckpt.path, need_backbone=need_backbone, need_higgs=need_higgs)
     return ckpt
 
 
 def generated_checkpoint(name: str, seed: int = 0) -> Checkpoint:
-    """`tiny-random` or `full-random`, made once into the cache."""
+    """One of GENERATED (`tiny-random`, `full-random`, `tiny-outlier`, ...), made once into the cache."""
     from codes.export.generated import generated_folder
 
     return Checkpoint(*generated_folder(name, seed))
