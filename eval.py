@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Check a build against upstream PyTorch: numbers (equiv) and speed (rtf).
+"""Check a build against upstream PyTorch: numbers (equiv), decisions (fidelity) and speed (rtf).
 
   python eval.py --mode equiv --model_dir models/omnivoice-cpu-fp32
+  python eval.py --mode fidelity --model_dir models/omnivoice-cpu_int8                  # against upstream fp32
+  python eval.py --mode fidelity --model_dir models/omnivoice-cpu_int8 --reference models/omnivoice-cpu_fp32
   python eval.py --mode equiv --model_dir some/foreign/folder      # probe only: is it bidirectional?
   python eval.py --mode rtf --model_dir models/full-cpu_int8 --compare models/full-cpu_fp32 \
       --torch full-random --torch-dtype fp32 bf16 --out bench/results
@@ -14,13 +16,14 @@ import os
 import sys
 from pathlib import Path
 
+from codes.checks.fidelity import DEFAULT_STEPS as FIDELITY_STEPS
 from codes.common.errors import run_cli
 from codes.common.quiet import library_output, set_verbose
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=("equiv", "rtf"), default="equiv")
+    parser.add_argument("--mode", choices=("equiv", "fidelity", "rtf"), default="equiv")
     parser.add_argument("--model_dir", type=Path,
                         help="a build folder from optimize.py, or a foreign one (default: models/omnivoice-cpu)")
     parser.add_argument("--higgs_dir", type=Path,
@@ -28,7 +31,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "(default: the model folder's, else models/higgs-fp16)")
     parser.add_argument("--backbone", type=Path,
                         help="a bidirectional backbone graph (.onnx) to use instead of the model folder's")
-    parser.add_argument("--source", help="equiv: the checkpoint the build came from (default: the one its manifest names)")
+    parser.add_argument("--source", help="equiv, fidelity: the checkpoint the build came from (default: the one its "
+                                         "manifest names)")
     parser.add_argument("--asr_dir", type=Path,
                         help="equiv: a recogniser folder or a build holding one, checked too (default: the model "
                              "folder's, if it has one)")
@@ -36,6 +40,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="equiv: the Whisper checkpoint the recogniser came from (default: the one its manifest names)")
     parser.add_argument("--provider", choices=("cpu", "cuda"), help="default: the build's (see inference.py)")
     parser.add_argument("--verbose", action="store_true", help="show the libraries' own warnings and logs")
+    fidelity = parser.add_argument_group("fidelity")
+    fidelity.add_argument("--reference", default="upstream",
+                          help="what the build is held to: upstream (fp32 PyTorch on its checkpoint) or another "
+                               "build's folder, such as a cpu_fp32 build (default: %(default)s)")
+    fidelity.add_argument("--fidelity-steps", type=int, default=FIDELITY_STEPS,
+                          help="teacher-forced decoding steps compared (default: %(default)s)")
     rtf = parser.add_argument_group("rtf")
     rtf.add_argument("--compare", type=Path, nargs="*", default=[], help="other builds timed in the same run")
     rtf.add_argument("--torch", help="also time upstream PyTorch on this checkpoint (folder, hub id, full-random)")
@@ -64,6 +74,8 @@ def main(argv=None) -> int:
     args.model_dir, args.higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     if args.mode == "rtf":
         return rtf(args)
+    if args.mode == "fidelity":
+        return fidelity(args)
     from codes.checks.equiv import run_equivalence
 
     set_verbose(args.verbose)
@@ -76,6 +88,18 @@ def main(argv=None) -> int:
         print(f"FAILED: {', '.join(failed)}")
         return 1
     print("all checks passed")
+    return 0
+
+
+def fidelity(args) -> int:
+    from codes.checks.fidelity import run_fidelity
+
+    set_verbose(args.verbose)
+    with library_output("the fidelity run"):
+        report = run_fidelity(args.model_dir, args.reference, args.source, args.fidelity_steps, provider=args.provider)
+    print(f"{args.model_dir} against {report.reference}")
+    print(report.table())
+    print(report.one_line())
     return 0
 
 

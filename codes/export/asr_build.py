@@ -11,6 +11,7 @@ rules, the tokenizer's special ids), and written to `asr/asr_manifest.json`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -283,7 +284,8 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
     import numpy as np
     import onnx
 
-    from codes.export.llm_genai import quantize_int8_dynamic
+    from codes.export.int8 import quantize_graph
+    from codes.export.profiles import INT8
 
     if precision not in PRECISIONS:
         raise UserError(f"ASR precision {precision!r} is not one of {', '.join(PRECISIONS)}")
@@ -293,7 +295,7 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
     work = Path(work_dir) if work_dir else Path(output) / ".asr-work"
     shutil.rmtree(work, ignore_errors=True)
     asr_dir.mkdir(parents=True, exist_ok=True)
-    # int8 quantizes the fp32 graphs' MatMuls (int8 weights, dynamic uint8 activations), as the backbone's int8.
+    # int8 quantizes the fp32 graphs' MatMuls by the backbone's scheme, uncalibrated (no outlier split).
     genai_precision = "fp16" if precision == "fp16" else "fp32"
     encoder, decoder = build_genai_whisper(folder, work / "genai", genai_precision)
     config = json.loads((folder / "config.json").read_text())
@@ -304,8 +306,7 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
         if name == "decoder.onnx":
             graph = add_alignment_output(graph, heads, head_size)
         if precision == "int8":
-            with library_output("the recogniser's int8 quantization"):  # it logs each MatMul it leaves alone
-                graph = quantize_int8_dynamic(graph, work / f"int8-{name}")
+            graph = quantize_graph(graph, dataclasses.replace(INT8, outlier_ratio=None, smooth_alpha=None))
         save_model(graph, asr_dir / name)
     shutil.copyfile(folder / "tokenizer.json", asr_dir / "tokenizer.json")
     np.save(asr_dir / "mel_filters.npy", arrays["mel_filters"])

@@ -12,6 +12,7 @@ as it was; the staging folder a killed build leaves is removed by the next build
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -196,6 +197,9 @@ def build(request: BuildRequest) -> Path:
             kept = (previous.top or {}).get("files", {}) if body.get("backbone") else {}
             hashes = {name: digest for name, digest in kept.items() if part_of(name) == "backbone"}
         write_manifest(staging, body, backbone_files, hashes)
+        if request.builds_backbone and profile.quantized:  # measured on the staged build, then recorded
+            body["fidelity"] = _timed(request, "fidelity", _fidelity, request, profile, staging)
+            write_manifest(staging, body, backbone_files, json.loads((staging / MANIFEST_NAME).read_text())["files"])
         written = backbone_files + codec_files + asr_files + [MANIFEST_NAME]
         _check_collisions(output, written, previous, request.overwrite)
         _install(staging, output, written, _stale(previous, written, request))
@@ -304,23 +308,55 @@ def _install(staging: Path, output: Path, names: list[str], stale: list[str]) ->
         (output / name).unlink(missing_ok=True)
 
 
+def _quantization(request: BuildRequest, profile: Profile, llm_export: str, work: Path) -> tuple[Path, dict, dict]:
+    """What the backbone's int8 needs before export: its calibration (bound into each int8 recipe) and, where
+    the scheme folds SmoothQuant in, the smoothed checkpoint the backbone is exported from. Returns the
+    backbone's source folder, the recipes by part and the manifest's facts."""
+    from codes.export.calibration import calibrate_checkpoint, smoothed_checkpoint
+    from codes.export.int8 import quantize_graph
+
+    source = request.checkpoint.path
+    recipes = {entry.part: profile.recipe(entry.part, llm_export) for entry in BACKBONE_GRAPHS}
+    schemes = {part: recipe.int8 for part, recipe in recipes.items() if recipe.int8 is not None}
+    if not schemes:
+        return source, recipes, {}
+    calibration = None
+    if any(scheme.needs_calibration for scheme in schemes.values()):
+        with library_output("the int8 calibration"):
+            calibration = _timed(request, "calibration", calibrate_checkpoint, source)
+        alpha = schemes.get("llm") and schemes["llm"].smooth_alpha
+        if alpha:
+            with library_output("SmoothQuant"):
+                source, calibration = smoothed_checkpoint(source, work / "smoothed", calibration, alpha)
+    for part, scheme in schemes.items():
+        maxima = calibration.channel_maxima if calibration is not None else None
+        recipes[part] = dataclasses.replace(
+            recipes[part], transform=lambda model, scheme=scheme, maxima=maxima: quantize_graph(model, scheme, maxima))
+    facts = {"int8": {part: scheme.facts() for part, scheme in schemes.items()}}
+    if calibration is not None:
+        facts["calibration"] = calibration.facts()
+    return source, recipes, facts
+
+
 def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, llm_reason: str | None,
                     staging: Path, work: Path) -> tuple[dict, list[str]]:
     ckpt = request.checkpoint
     config = json.loads((ckpt.path / "config.json").read_text())
+    llm_source, recipes, quantization = _quantization(request, profile, llm_export, work)
     graphs = {}
     for entry in BACKBONE_GRAPHS:
-        recipe = profile.recipe(entry.part, llm_export)
+        recipe = recipes[entry.part]
+        source = llm_source if entry.part == "llm" else ckpt.path
         if entry.part == "llm" and llm_export == "genai":
             from codes.export.llm_genai import build_llm_genai
 
             with library_output("the backbone's export"):
-                omnivoice = load_omnivoice(ckpt.path)
+                omnivoice = load_omnivoice(source)
                 path = _timed(request, entry.key, build_llm_genai, omnivoice, staging, work, recipe,
                               profile.genai_target)
             built_with = "genai"
         else:
-            path = _timed(request, entry.key, olive_export, entry, ckpt.path, recipe, staging, work)
+            path = _timed(request, entry.key, olive_export, entry, source, recipe, staging, work)
             built_with = "torch" if entry.part == "llm" else "olive"
         graphs[entry.key] = _graph_entry(path, staging, recipe.precision, built_with)
     scoring = {}
@@ -352,9 +388,32 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
         "attention": "bidirectional",
         "llm_build": llm_export,
     }
+    if quantization:
+        body["quantization"] = quantization
     graph_files = [name for entry in (*graphs.values(), *scoring.values(), *glue.values())
                    for name in (entry["filename"], *entry["external_data"])]
     return body, graph_files + tokenizer_files
+
+
+def _fidelity(request: BuildRequest, profile: Profile, staging: Path) -> dict:
+    """The quantized build's decisions against upstream fp32 on its checkpoint (eval.py --mode fidelity),
+    printed in one line; a build for a provider this machine lacks says how to measure it there."""
+    import onnxruntime
+
+    provider = profile.execution_provider
+    if provider not in onnxruntime.get_available_providers():
+        why = (f"not measured: the build runs on {provider}, which this machine lacks; run eval.py --mode fidelity "
+               "--model_dir BUILD where it runs")
+        request.log(f"fidelity: {why}")
+        return {"measured": False, "why": why}
+    from codes.checks.fidelity import build_fidelity
+
+    lines = []
+    with library_output("the fidelity check"):
+        report = build_fidelity(staging, request.checkpoint.path, log=lines.append)
+    for line in lines:
+        request.log(line)
+    return {"measured": True, **report}
 
 
 def _build_codec(request: BuildRequest, profile: Profile, staging: Path, work: Path) -> list[str]:

@@ -47,24 +47,10 @@ def build_genai_causal(hf_dir: Path, out_dir: Path, precision: str, execution_pr
     return Path(out_dir) / "model.onnx"
 
 
-def quantize_int8_dynamic(model: onnx.ModelProto, work_dir: Path) -> onnx.ModelProto:
-    """MatMul weights to int8 with dynamic uint8 activations (MatMulInteger); attention stays fp32."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    work_dir.mkdir(parents=True, exist_ok=True)
-    source, target = work_dir / "fp32.onnx", work_dir / "int8.onnx"
-    save_model(model, source)
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                     extra_options={"MatMulConstBOnly": True}, use_external_data_format=True)
-    return onnx.load(str(target))
-
-
 def build_llm_genai(omnivoice, out_dir: Path, work_dir: Path, recipe: GraphRecipe, execution_provider: str) -> Path:
     hf_dir = write_standalone_llm(omnivoice, Path(work_dir) / "qwen3_hf")
     causal = build_genai_causal(hf_dir, Path(work_dir) / "genai", recipe.genai_precision, execution_provider)
-    model = make_bidirectional(onnx.load(str(causal)))
-    if recipe.dynamic_int8:
-        model = quantize_int8_dynamic(model, Path(work_dir) / "int8")
+    model = recipe.apply(make_bidirectional(onnx.load(str(causal))))
     final = save_model(model, Path(out_dir) / BACKBONE.filename)
     shutil.rmtree(Path(work_dir) / "genai", ignore_errors=True)
     shutil.rmtree(hf_dir, ignore_errors=True)

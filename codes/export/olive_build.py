@@ -58,7 +58,7 @@ def olive_export(entry: SubModel, source: Path, recipe: GraphRecipe, out_dir: Pa
     if not produced.is_file():
         raise UserError(f"Olive produced no model for {spec.key} ({recipe.precision}); see the log above for the failing pass")
     model = onnx.load(str(produced))
-    final = save_model(recipe.transform(model) if recipe.transform else model, Path(out_dir) / spec.filename)
+    final = save_model(recipe.apply(model), Path(out_dir) / spec.filename)
     shutil.rmtree(run_dir, ignore_errors=True)
     return final
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from codes.common.errors import UserError
+from codes.export.int8 import Int8Scheme
 
 PARTS = ("embeddings", "llm", "heads", "scoring", "codec")
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
@@ -23,6 +24,11 @@ CODEC_PRECISIONS = ("fp16", "fp32")  # the codec is never quantized to integers
 INT4_BLOCK_SIZE = 32
 
 
+# cpu_int8's scheme, measured against the others on weights with outlier channels and massive activations
+# (bench/quant_results.md): per-column weights, per-token activations, outlier channels in fp32.
+INT8 = Int8Scheme()
+
+
 @dataclass(frozen=True)
 class GraphRecipe:
     """How one graph gets its precision; `precision` is what the manifest records."""
@@ -31,7 +37,13 @@ class GraphRecipe:
     olive_passes: dict = field(default_factory=dict)  # Olive passes after OnnxConversion
     transform: Callable | None = None  # applied to the converted graph (onnx.ModelProto -> ModelProto)
     genai_precision: str | None = None  # the genai builder's precision (backbone only)
-    dynamic_int8: bool = False  # quantize the built backbone to dynamic int8 afterwards
+    int8: Int8Scheme | None = None  # int8 graphs: the scheme, which the build binds to its calibration as `transform`
+
+    def apply(self, model):
+        """The recipe's transform of a converted graph (onnx.ModelProto)."""
+        if self.int8 is not None and self.transform is None:  # never the float graph under an int8 label
+            raise RuntimeError("an int8 recipe reached a builder without its quantization bound (export/build.py)")
+        return self.transform(model) if self.transform else model
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,7 @@ class Profile:
     genai_target: str  # onnxruntime-genai builder's execution_provider
     llm_export: str  # default backbone path: genai | torch
     description: str
+    int8: Int8Scheme = INT8  # how its int8 graphs are quantized
 
     def with_codec(self, precision: str | None) -> Profile:
         """--higgs-precision overrides the codec entry."""
@@ -53,7 +66,12 @@ class Profile:
         return dataclasses.replace(self, precision={**self.precision, "codec": precision})
 
     def recipe(self, part: str, llm_export: str = "genai") -> GraphRecipe:
-        return recipe(part, self.precision[part], llm_export)
+        return recipe(part, self.precision[part], llm_export, self.int8)
+
+    @property
+    def quantized(self) -> bool:
+        """Whether any graph of the step is below fp32: such a build reports its fidelity."""
+        return any(self.precision[part] != "fp32" for part in ("embeddings", "llm", "heads"))
 
 
 def _olive_precision_passes(precision: str) -> dict:
@@ -61,13 +79,11 @@ def _olive_precision_passes(precision: str) -> dict:
         return {}
     if precision == "fp16":
         return {"to_fp16": {"type": "OnnxFloatToFloat16", "keep_io_types": True}}
-    if precision == "int8":  # dynamic int8: int8 weights, activations quantized per call (MatMulInteger)
-        return {"to_int8": {"type": "OnnxDynamicQuantization", "precision": "int8", "op_types_to_quantize": ["MatMul"]}}
     return {"to_int4": {"type": "OnnxBlockWiseRtnQuantization", "block_size": INT4_BLOCK_SIZE,
                         "is_symmetric": True, "accuracy_level": 4}}
 
 
-def recipe(part: str, precision: str, llm_export: str = "genai") -> GraphRecipe:
+def recipe(part: str, precision: str, llm_export: str = "genai", int8: Int8Scheme = INT8) -> GraphRecipe:
     if part not in PARTS:
         raise ValueError(f"unknown part {part!r}; one of {', '.join(PARTS)}")
     # The decoding step's maths stays fp32 in every build: it compares log-probs and scores.
@@ -80,11 +96,15 @@ def recipe(part: str, precision: str, llm_export: str = "genai") -> GraphRecipe:
         from codes.export.lookup_tables import lookup_tables_to_fp16
 
         return GraphRecipe(precision, transform=lookup_tables_to_fp16)
+    if precision == "int8":
+        # Built in fp32, then every MatMul rewritten by the scheme (codes/export/int8.py): the genai builder's
+        # own int8 MatMulNBits ran ~10x slower here. Only the backbone is calibrated: the outlier split and
+        # SmoothQuant apply to its linear layers alone.
+        scheme = int8 if part == "llm" else dataclasses.replace(int8, outlier_ratio=None, smooth_alpha=None)
+        return GraphRecipe(precision, genai_precision="fp32" if part == "llm" and llm_export == "genai" else None,
+                           int8=scheme)
     if part == "llm" and llm_export == "genai":
-        # int8 is built in fp32 and then quantized dynamically (MatMulInteger): the builder's own int8
-        # MatMulNBits ran ~10x slower here.
-        return GraphRecipe(precision, genai_precision="fp32" if precision == "int8" else precision,
-                           dynamic_int8=precision == "int8")
+        return GraphRecipe(precision, genai_precision=precision)
     return GraphRecipe(precision, olive_passes=_olive_precision_passes(precision))
 
 
@@ -112,11 +132,13 @@ PROFILES = {
         _profile("gpu", "fp16", "fp16", "fp16", "fp16", "CUDAExecutionProvider", "cuda", "fp16 everywhere, CUDA"),
         _profile("cpu_fp32", "fp32", "fp32", "fp32", "fp32", "CPUExecutionProvider", "cpu",
                  "fp32 reference build, used for equivalence with upstream"),
-        # Measured on the full model: int8 heads take 62 ms a step against 104 ms for int4, and
-        # fp16 embedding tables (memory-mapped, only looked-up rows resident) instead of int4
-        # raise end-to-end argmax agreement with fp32 from 64% to 93% at the same speed.
-        _profile("cpu_int8", "int8", "fp16", "int8", "int8", "CPUExecutionProvider", "cpu",
-                 "dynamic int8 backbone and heads (int8 weights, int8 activations), fp16 embedding tables, CPU"),
+        # Measured on the full model: fp16 embedding tables (memory-mapped, only looked-up rows resident)
+        # instead of int4 raise end-to-end argmax agreement with fp32 from 64% to 93% at the same speed.
+        # The heads stay fp32: their logits' top choices are close, and int8 activations there cost
+        # 3 points of agreement on plain random weights for about 2% of a step (bench/quant_results.md).
+        _profile("cpu_int8", "int8", "fp16", "int8", "fp32", "CPUExecutionProvider", "cpu",
+                 "int8 backbone (per-column weights, per-token activations, outlier channels fp32), fp32 heads, "
+                 "fp16 embedding tables, CPU"),
     )
 }
 

@@ -151,6 +151,54 @@ def first_chunk_voice(codes: np.ndarray, text: str) -> Voice:
     return Voice(codes, text, None)
 
 
+def settle(texts: Sequence[str], language=None, instruct=None, voice: Voice | Sequence[Voice | None] | None = None,
+           duration=None, speed=None, num_frames=None, normalize_text: bool = False) -> list[Request]:
+    """Per-item requests as upstream's `_preprocess_all`: languages, (normalized) texts, instructs,
+    target lengths. Every argument but normalize_text may be one value or one per text."""
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts:
+        raise UserError("no text to synthesize")
+    for text in texts:
+        if not isinstance(text, str) or not text.strip():
+            raise UserError("text is empty; give at least one word to synthesize")
+    count = len(texts)
+    languages, instructs = _per_item(language, count, "language"), _per_item(instruct, count, "instruct")
+    durations, speeds = _per_item(duration, count, "duration"), _per_item(speed, count, "speed")
+    frames, voices = _per_item(num_frames, count, "num_frames"), _per_item(voice, count, "voice")
+    requests = []
+    for text, lang, inst, dur, spd, n_frames, voice in zip(texts, languages, instructs, durations, speeds,
+                                                           frames, voices):
+        lang = resolve_language(lang)
+        if normalize_text:  # upstream's order: after the language, before the instruct and the length
+            text = normalize(text, lang)
+        if dur is not None and not dur > 0:
+            raise UserError(f"duration must be > 0 seconds, got {dur}")
+        if spd is not None and not spd > 0:
+            raise UserError(f"speed must be > 0, got {spd}")
+        ref_frames = voice.codes.shape[1] if voice else None
+        target_len, item_speed = resolve_target_len(text, voice.text if voice else None, ref_frames, spd, dur)
+        if n_frames is not None:  # an exact frame count, as duration does in seconds
+            if not n_frames >= 1:
+                raise UserError(f"the number of audio tokens must be >= 1, got {n_frames}")
+            plain = estimate_target_tokens(text, voice.text if voice else None, ref_frames)
+            target_len, item_speed = int(n_frames), plain / int(n_frames)
+        requests.append(Request(text, lang, resolve_instruct(inst, use_zh=contains_chinese(text)),
+                                voice, target_len, item_speed))
+    return requests
+
+
+def prompt_batch(tokenizer: TextTokenizer, requests: list[Request], denoise: bool) -> CfgBatch:
+    """The CFG batch that decodes `requests` as whole pieces."""
+    items = [
+        build_prompt(tokenizer, r.text, r.target_len,
+                     ref_text=r.voice.text if r.voice else None,
+                     ref_codes=r.voice.codes if r.voice else None,
+                     lang=r.lang, instruct=r.instruct, denoise=denoise)
+        for r in requests
+    ]
+    return build_cfg_batch(items, [r.target_len for r in requests])
+
+
 class OmniVoiceOnnx:
     def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str | None = None,
                  threads: int | None = None, profile_dir: Path | None = None, backbone: str | Path | None = None,
@@ -424,38 +472,8 @@ class OmniVoiceOnnx:
 
     def settle(self, texts: Sequence[str], language=None, instruct=None, voice: Voice | Sequence[Voice | None] | None = None,
                duration=None, speed=None, num_frames=None, normalize_text: bool = False) -> list[Request]:
-        """Per-item requests as upstream's `_preprocess_all`: languages, (normalized) texts, instructs,
-        target lengths. Every argument but normalize_text may be one value or one per text."""
-        texts = [texts] if isinstance(texts, str) else list(texts)
-        if not texts:
-            raise UserError("no text to synthesize")
-        for text in texts:
-            if not isinstance(text, str) or not text.strip():
-                raise UserError("text is empty; give at least one word to synthesize")
-        count = len(texts)
-        languages, instructs = _per_item(language, count, "language"), _per_item(instruct, count, "instruct")
-        durations, speeds = _per_item(duration, count, "duration"), _per_item(speed, count, "speed")
-        frames, voices = _per_item(num_frames, count, "num_frames"), _per_item(voice, count, "voice")
-        requests = []
-        for text, lang, inst, dur, spd, n_frames, voice in zip(texts, languages, instructs, durations, speeds,
-                                                               frames, voices):
-            lang = resolve_language(lang)
-            if normalize_text:  # upstream's order: after the language, before the instruct and the length
-                text = normalize(text, lang)
-            if dur is not None and not dur > 0:
-                raise UserError(f"duration must be > 0 seconds, got {dur}")
-            if spd is not None and not spd > 0:
-                raise UserError(f"speed must be > 0, got {spd}")
-            ref_frames = voice.codes.shape[1] if voice else None
-            target_len, item_speed = resolve_target_len(text, voice.text if voice else None, ref_frames, spd, dur)
-            if n_frames is not None:  # an exact frame count, as duration does in seconds
-                if not n_frames >= 1:
-                    raise UserError(f"the number of audio tokens must be >= 1, got {n_frames}")
-                plain = estimate_target_tokens(text, voice.text if voice else None, ref_frames)
-                target_len, item_speed = int(n_frames), plain / int(n_frames)
-            requests.append(Request(text, lang, resolve_instruct(inst, use_zh=contains_chinese(text)),
-                                    voice, target_len, item_speed))
-        return requests
+        """settle(), the module's: the requests need nothing of the build."""
+        return settle(texts, language, instruct, voice, duration, speed, num_frames, normalize_text)
 
     def generate_codes(self, requests: list[Request], settings: GenerationSettings,
                        noise: NoiseSource | Sequence[NoiseSource] | None = None,
@@ -481,21 +499,17 @@ class OmniVoiceOnnx:
                 results[i] = chunks
         return results
 
+    def prompt_batch(self, requests: list[Request], settings: GenerationSettings) -> tuple[CfgBatch, list[int]]:
+        start = time.perf_counter()
+        batch = prompt_batch(self.tokenizer, requests, settings.denoise)
+        self.timings["prompt"] += time.perf_counter() - start
+        return batch, [r.target_len for r in requests]
+
     def generate_whole(self, requests: list[Request], settings: GenerationSettings, noise,
                        on_step: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
         """Codes [8, target_len] for each request decoded as one piece, whatever its length
         (generate_codes chunks a long one first); noise as generate_codes takes it."""
-        start = time.perf_counter()
-        items = [
-            build_prompt(self.tokenizer, r.text, r.target_len,
-                         ref_text=r.voice.text if r.voice else None,
-                         ref_codes=r.voice.codes if r.voice else None,
-                         lang=r.lang, instruct=r.instruct, denoise=settings.denoise)
-            for r in requests
-        ]
-        target_lens = [r.target_len for r in requests]
-        batch = build_cfg_batch(items, target_lens)
-        self.timings["prompt"] += time.perf_counter() - start
+        batch, target_lens = self.prompt_batch(requests, settings)
         return iterative_decode(batch, target_lens, None, settings, noise, on_step, score_fn=self.score_fn(settings))
 
     def _decode_chunked(self, requests: list[Request], settings, noises, on_step) -> list[list[np.ndarray]]:

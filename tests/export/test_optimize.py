@@ -77,13 +77,23 @@ def test_int4_profile_quantizes_weights(builds):
 def test_int8_profile_runs_integer_kernels_and_stays_bidirectional(builds):
     folder = builds.get("cpu_int8")
     data = read_manifest(folder).data
-    assert data["precision"] == "int8" and data["graph_precision"] == {"llm": "int8", "embeddings": "fp16", "heads": "int8"}
+    assert data["precision"] == "int8" and data["graph_precision"] == {"llm": "int8", "embeddings": "fp16", "heads": "fp32"}
+    assert data["quantization"]["int8"]["llm"]["activations"].startswith("int8, a scale per row")
+    assert data["quantization"]["calibration"]["prompts"] == 7 and data["quantization"]["calibration"]["positions"] > 0
+    fidelity = data["fidelity"]
+    assert fidelity["measured"] and fidelity["reference"] == "upstream fp32" and 0 < fidelity["first_step_agreement"] <= 1
+    assert len(fidelity["steps"]) == fidelity["num_steps"] == 8
 
     def ops(name):
-        return {n.op_type for n in onnx.load(str(folder / name)).graph.node}
+        return [n.op_type for n in onnx.load(str(folder / name)).graph.node]
 
-    for graph in ("llm_decoder.onnx", "audio_heads_decoder.onnx"):
-        assert "MatMulInteger" in ops(graph) and "MatMul" not in ops(graph), graph
+    backbone = onnx.load(str(folder / "llm_decoder.onnx")).graph.node
+    # Every linear layer on the integer kernels (genai fuses q/k/v): an fp32 MatMul only beside one, reading
+    # the outlier channels its input gathers.
+    assert [n.op_type for n in backbone].count("MatMulIntegerToFloat") == 5 * data["model"]["num_hidden_layers"]
+    gathered = {n.output[0] for n in backbone if n.op_type == "Gather"}
+    assert all(n.input[0] in gathered for n in backbone if n.op_type == "MatMul")
+    assert ops("audio_heads_decoder.onnx").count("MatMul") == 1 and "MatMulIntegerToFloat" not in ops("audio_heads_decoder.onnx")
     result = run_main("eval.py", "--mode", "equiv", "--model_dir", folder)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "bidirectional" in result.stdout
@@ -541,7 +551,7 @@ def test_asr_only_builds_the_recogniser_alone_or_beside_a_build_it_leaves_untouc
     assert sorted(p.name for p in alone.iterdir()) == ["asr", MANIFEST_NAME]
     assert read_manifest(alone).asr["precision"] == "int8"
     decoder = onnx.load(str(alone / "asr" / "decoder.onnx"), load_external_data=False)
-    assert "MatMulInteger" in {node.op_type for node in decoder.graph.node}
+    assert "MatMulIntegerToFloat" in {node.op_type for node in decoder.graph.node}
     result = run_main("eval.py", "--mode", "equiv", "--model_dir", alone, "--asr_dir", alone / "asr")
     assert result.returncode == 0 and result.stdout.count("recogniser text") >= 3, result.stdout + result.stderr
 

@@ -185,7 +185,7 @@ def test_a_folder_without_a_recogniser_names_the_flag(tmp_path):
 
 
 def test_int8_build_runs_and_its_agreement_is_reported(whisper_folder, recogniser, tmp_path, record_property):
-    """int8 (dynamic MatMulInteger) is reported, not held equal: random weights quantize worse than trained."""
+    """int8 (the backbone's scheme, uncalibrated) is reported, not held equal: random weights quantize worse than trained."""
     from codes.export.asr_build import build_asr
 
     int8 = ours.Recogniser(build_asr(str(whisper_folder), tmp_path, "int8"), threads=2)
