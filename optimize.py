@@ -5,6 +5,10 @@
   python optimize.py --model /path/to/OmniVoice --device cpu_fp32 --include-higgs
   python optimize.py --model k2-fsa/OmniVoice --higgs-only --output models/higgs-fp16
   python optimize.py --model /path/to/OmniVoice --device cpu_int8 --include-asr   # + Whisper, to clone from a clip alone
+  python optimize.py --model k2-fsa/OmniVoice --lora exp/omnivoice_lora/checkpoint-500 --device cpu_int8   # fine-tuned
+
+Every quantized build prints its fidelity against upstream fp32 and records it in the manifest
+(eval.py --mode fidelity measures it again, against upstream or another build).
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_HUB_ID,
                         help="checkpoint folder in upstream's layout, a hub id already in the local "
-                             "Hugging Face cache, tiny-random or full-random (default: %(default)s)")
+                             "Hugging Face cache, or a generated one: tiny-random, full-random, wide-random, or "
+                             "tiny-/wide-/full-outlier (with outlier channels) (default: %(default)s)")
     parser.add_argument("--device", default="cpu",
                         help=f"build profile: {', '.join(f'{k} ({p.description})' for k, p in PROFILES.items())}")
     parser.add_argument("--output", type=Path,
@@ -45,6 +50,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--asr-precision", choices=ASR_PRECISIONS,
                         help="recogniser precision (default: the profile's: int8 on the CPU profiles, fp32 for "
                              "cpu_fp32, fp16 for gpu)")
+    parser.add_argument("--lora", type=Path,
+                        help="a LoRA adapter folder from upstream's fine-tuning (adapter_config.json, "
+                             "adapter_model.safetensors), merged into --model before export")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace files in --output that no omnivoice-onnx build wrote (a build's own files "
                              "are always replaced; nothing else in the folder is touched)")
@@ -61,7 +69,8 @@ def main(argv=None) -> int:
     request = BuildRequest(checkpoint=None, profile=get_profile(args.device), output=args.output,
                            llm_export=args.llm_export, include_higgs=args.include_higgs, higgs_only=args.higgs_only,
                            higgs_precision=args.higgs_precision, include_asr=args.include_asr, asr_only=args.asr_only,
-                           asr_model=args.asr_model, asr_precision=args.asr_precision, overwrite=args.overwrite)
+                           asr_model=args.asr_model, asr_precision=args.asr_precision, overwrite=args.overwrite,
+                           lora=args.lora)
     resolve_inputs(request, args.model)
     build(request)
     total = sum(request.timings.values())

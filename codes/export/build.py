@@ -66,6 +66,7 @@ class BuildRequest:
     asr_model: str = asr_build.DEFAULT_ASR_MODEL
     asr_precision: str | None = None  # None: the profile's (asr_build.profile_precision)
     overwrite: bool = False
+    lora: Path | None = None  # a PEFT LoRA adapter merged into the checkpoint before export (export/lora.py)
     log: object = print
     timings: dict = field(default_factory=dict)
 
@@ -112,6 +113,12 @@ def resolve_inputs(request: BuildRequest, model: str) -> None:
     if request.builds_backbone or request.builds_codec:
         request.checkpoint = resolve_checkpoint(model, need_backbone=request.builds_backbone,
                                                 need_higgs=request.builds_codec)
+    if request.lora is not None:
+        from codes.export.lora import check_adapter
+
+        if not request.builds_backbone:
+            raise UserError("--lora changes the backbone, which --higgs-only and --asr-only do not build; drop one")
+        check_adapter(request.lora, request.checkpoint.path)
     if request.output is None:
         request.output = (default_build_dir(request.profile.name) if request.builds_backbone
                           else default_codec_dir(request.codec_precision) if request.builds_codec
@@ -168,6 +175,11 @@ def build(request: BuildRequest) -> Path:
     staging, staging_lock = make_staging(parent, output.name)
     work = Path(tempfile.mkdtemp(prefix="omnivoice-onnx-work-"))
     try:
+        if request.lora is not None:
+            from codes.export.lora import merge_adapter
+
+            request.checkpoint = _timed(request, "lora", merge_adapter, request.checkpoint, request.lora,
+                                        work / "merged", log=request.log)
         body, backbone_files = {}, []
         if request.builds_backbone:
             body, backbone_files = _build_backbone(request, profile, llm_export, llm_reason, staging, work)
