@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from codes.checks.fidelity import DEFAULT_STEPS as FIDELITY_STEPS
+from codes.export.fidelity import DEFAULT_STEPS as FIDELITY_STEPS
 from codes.common.errors import run_cli
 from codes.common.quiet import library_output, set_verbose
 
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
 
 
 def fidelity(args) -> int:
-    from codes.checks.fidelity import run_fidelity
+    from codes.export.fidelity import run_fidelity
 
     set_verbose(args.verbose)
     with library_output("the fidelity run"):

@@ -22,6 +22,8 @@ from pathlib import Path
 from codes.common.errors import UserError, run_cli
 from codes.runtime.settings import add_generation_flags, settings_from_flags
 
+# How a script's files are named in its errors: by the flags that give them.
+OUTPUT_FLAGS = {"output": "--output", "captions": "--captions", "stems": "--stems"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -112,10 +114,9 @@ def main(argv=None) -> int:
     from codes.runtime.decoding import item_noises
     from codes.runtime.manifest import find_builds
     from codes.runtime.outputs import check_output_path, save_codes, write_audio
-    from codes.runtime.script import caption_words, check_outputs, utterance_caption
-    from codes.runtime.script.render import write_captions
-    from codes.runtime.script.speakers import DEFAULT_SPEAKER
-    from codes.runtime.synthesis import OmniVoiceOnnx, Voice
+    from codes.runtime.script import DEFAULT_SPEAKER, caption_words, check_outputs, utterance_caption, write_captions
+    from codes.runtime.synthesis import OmniVoiceOnnx
+    from codes.runtime.request import Voice
 
     settings = settings_from_flags(args)
     if args.caption_words and args.captions is None:
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
     if args.save_voice and not (args.ref_audio or args.voice):
         raise UserError("--save_voice saves the voice of --ref_audio or of --voice; give one")
     if args.captions is not None:
-        check_outputs(args.output, args.captions)
+        check_outputs(args.output, args.captions, labels=OUTPUT_FLAGS)
 
     voice = Voice.load(args.voice) if args.voice else None  # a bad voice file fails before the model loads
 
@@ -211,9 +212,8 @@ def main(argv=None) -> int:
 
 def _speak_script(args, settings) -> int:
     from codes.runtime.manifest import find_builds
-    from codes.runtime.script import check_outputs, parse_speakers, read_script, speak_script, write_outputs
-    from codes.runtime.script.ledger import ScriptLedger
-    from codes.runtime.script.speakers import DEFAULT_SPEAKER
+    from codes.runtime.script import (DEFAULT_SPEAKER, ScriptLedger, check_outputs, parse_speakers, read_script,
+                                      speak_script, write_outputs)
     from codes.runtime.synthesis import OmniVoiceOnnx
 
     for flag in ("instruct", "ref_audio", "ref_text", "voice", "save_voice", "duration", "num_audio_tokens", "codes_out"):
@@ -225,7 +225,7 @@ def _speak_script(args, settings) -> int:
     placement = _ray_placement(args)
     speakers = parse_speakers(args.speaker or ())
     script = read_script(args.script, args.script_format, speakers, args.overlap or "error")
-    check_outputs(args.output, args.captions, args.stems, speakers or [DEFAULT_SPEAKER], args.script)
+    check_outputs(args.output, args.captions, args.stems, speakers or [DEFAULT_SPEAKER], args.script, labels=OUTPUT_FLAGS)
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     ledger = None if args.no_ledger else ScriptLedger(args.output, say=lambda line: print(line, file=sys.stderr))
     try:
@@ -267,7 +267,7 @@ def _speak_script(args, settings) -> int:
 
 
 def _ray_placement(args):
-    from codes.runtime.script.cluster import RayPlacement
+    from codes.runtime.script import RayPlacement
 
     if not args.ray:
         for flag in ("address", "actors"):

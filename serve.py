@@ -18,8 +18,8 @@ from codes.common.errors import run_cli
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    from codes.serve.cluster import add_cluster_flags
-    from codes.serve.limits import add_limit_flags
+    from codes.serve.launch.deployment import add_cluster_flags
+    from codes.serve.edge.limits import add_limit_flags
     from codes.serve.voices.pins import PIN_SECONDS
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,7 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    from codes.serve.run import run
+    from codes.serve.launch.run import run
 
     return run(parse_args(argv))
 

@@ -13,7 +13,6 @@ first audio and a random 0-200 ms more (so the cancel lands anywhere in a decodi
 
 from __future__ import annotations
 
-import argparse
 import json
 import queue
 import random
@@ -31,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from codes.checks.loopback_server import loopback_port  # noqa: E402
-from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, machine, machine_line, write_page # noqa: E402
 
 LOAD_STREAMS = 4
 LOAD_TEXT = " ".join(f"Another listener hears sentence {i} of a long answer, spoken at an even pace." for i in range(40))
@@ -45,9 +44,9 @@ def serve(argv: list[str]) -> None:
     import uvicorn
 
     import serve as serve_script
-    from codes.serve.app import create_app
-    from codes.serve.lifecycle import SpeechRequest
-    from codes.serve.startup import load_model, service_options, service_state
+    from codes.serve.doors.http import create_app
+    from codes.serve.core.lifecycle import SpeechRequest
+    from codes.serve.launch.startup import load_model, service_options, service_state
 
     def emit(kind: str, **fields) -> None:
         print(json.dumps({"event": kind, "at": time.monotonic(), **fields}), flush=True)
@@ -144,7 +143,7 @@ def main() -> int:
     if "--serve" in sys.argv:
         serve([arg for arg in sys.argv[1:] if arg != "--serve"])
         return 0
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__)
     p.add_argument("--model_dir", type=Path, required=True)
     p.add_argument("--num_steps", type=int, default=16)
     p.add_argument("--rounds", type=int, default=20)

@@ -11,7 +11,6 @@ Appends a section to --out (bench/corpus_results.md), with the CPU model and its
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -25,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from codes.checks.results_page import cpu_info  # noqa: E402  (the checkout's library, run as a script)
+from codes.checks.results_page import bench_parser, cpu_info # noqa: E402  (the checkout's library, run as a script)
 SENTENCES = [
     "The morning train was late again, so we walked along the river instead.",
     "Please keep this receipt until the order arrives.",
@@ -64,7 +63,7 @@ def run_layout(model_dir: str, rows: Path, out: Path, actors: int, threads: int,
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__)
     p.add_argument("--model_dir", required=True)
     p.add_argument("--higgs_dir", help="a codec folder, when the build holds none")
     p.add_argument("--rows", type=int, default=120)

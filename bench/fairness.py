@@ -14,7 +14,6 @@ for the "before" arm by giving WorkItem the old pressing() (first chunks only).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -26,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import serve  # noqa: E402
-from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, machine, machine_line, write_page # noqa: E402
 from codes.runtime.engine import WorkItem  # noqa: E402
 from codes.runtime.specs import SAMPLE_RATE  # noqa: E402
-from codes.serve.lifecycle import SpeechRequest  # noqa: E402
-from codes.serve.params import parse_speech  # noqa: E402
-from codes.serve.startup import load_model, service_options, service_state  # noqa: E402
+from codes.serve.core.lifecycle import SpeechRequest  # noqa: E402
+from codes.serve.core.params import parse_speech  # noqa: E402
+from codes.serve.launch.startup import load_model, service_options, service_state  # noqa: E402
 
 LONG = " ".join(f"This is sentence number {i} of a request that will never be heard." for i in range(30))
 LISTENED = ("Good morning. The weather today is mild, with a light breeze from the west. In the afternoon "
@@ -85,7 +84,7 @@ def old_pressing(self, now: float) -> bool:  # the rule before: only first chunk
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__)
     p.add_argument("--model_dir", type=Path, required=True)
     p.add_argument("--flooders", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3, help="each arm runs this many times, interleaved")

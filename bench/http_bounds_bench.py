@@ -8,7 +8,6 @@ headers a byte at a time (docs/DESIGN.md §http-bounds).
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import sys
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from codes.checks.loopback_server import start_server, timed_speech_request  # noqa: E402
-from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, machine, machine_line, write_page # noqa: E402
 
 
 def descriptors(pid: int) -> int:
@@ -41,7 +40,7 @@ def health_seconds(url: str, probes: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__)
     parser.add_argument("--model_dir", type=Path, required=True)
     parser.add_argument("--idle", type=int, default=1500, help="sockets that connect and send nothing")
     parser.add_argument("--slow", type=int, default=50, help="clients that send their headers a byte every 0.5 s")

@@ -18,7 +18,6 @@ is the first body bytes.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
@@ -30,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from codes.checks.loopback_server import concurrent_requests, start_server, timed_speech_request  # noqa: E402
-from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, machine, machine_line, write_page # noqa: E402
 
 WORKLOADS = {
     "2 s reply": "Turning on the kitchen lights.",
@@ -68,7 +67,7 @@ def summary(rounds: list[dict]) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__)
     p.add_argument("--model_dir", type=Path, required=True)
     p.add_argument("--higgs_dir", type=Path)
     p.add_argument("--base", type=Path, required=True, help="a checkout of the commit to compare with")

@@ -17,14 +17,14 @@ Measures, with --threads intra-op threads (default 2):
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from codes.checks.results_page import bench_parser  # noqa: E402
 
 from codes.checks.roofline_report import main  # noqa: E402
 
 if __name__ == "__main__":
-    sys.exit(main(argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)))
+    sys.exit(main(bench_parser(__doc__)))

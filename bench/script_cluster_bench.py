@@ -10,7 +10,6 @@ Run it under `flock /work/heavy.lock` on a shared machine; the page names the CP
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
@@ -19,12 +18,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from codes.checks.results_page import write_page  # noqa: E402  (the checkout's library, run as a script)
+from codes.checks.results_page import bench_parser, write_page # noqa: E402  (the checkout's library, run as a script)
 from codes.checks.script_cluster_bench import markdown, run_benchmark  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__)
     p.add_argument("--model_dir", type=Path, required=True, help="a build folder")
     p.add_argument("--higgs_dir", type=Path, help="its codec, where the build has none inside")
     p.add_argument("--cues", type=int, default=200, help="cues in the SRT (default 200)")

@@ -12,7 +12,6 @@ seconds per wall second), time to first audio and total latency p50/p95 (and, wi
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from codes.checks.loopback_server import (  # noqa: E402
     TWO_SENTENCES, concurrent_requests, start_server, stop_server, timed_speech_request)
-from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, machine, machine_line, write_page # noqa: E402
 
 
 def run(url: str, clients: int, num_steps: int) -> dict:
@@ -49,7 +48,7 @@ def setups(args) -> list[tuple[str, int, tuple[str, ...]]]:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__)
     p.add_argument("--model_dir", type=Path, required=True)
     p.add_argument("--higgs_dir", type=Path, help="a codec folder, for a model folder that has none")
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4, 8, 16])

@@ -15,7 +15,6 @@ Exit code 0 whatever the server did: the numbers tell.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import io
 import itertools
@@ -41,7 +40,7 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from codes.checks.hostile_clips import lying_matroska, silent_flac, with_flac_length  # noqa: E402
 from codes.checks.loopback_server import loopback_port, start_server  # noqa: E402
-from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, machine, machine_line, write_page # noqa: E402
 
 SENTENCES = ("The morning train was late again.", "She opened the window and listened to the rain.",
              "Nobody expected the meeting to last three hours.", "Please check the figures before Friday.",
@@ -347,7 +346,7 @@ def report(args, tally: Tally, rss: list, duration: float, warmup: float, final:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__)
     p.add_argument("--model_dir", type=Path, default=ROOT / "models/tiny-cpu_int8")
     p.add_argument("--higgs_dir", type=Path, help="a codec folder, for a model folder that has none")
     p.add_argument("--minutes", type=float, default=10.0)

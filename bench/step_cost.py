@@ -13,7 +13,6 @@ Two tables, each step timed as the server's engine runs it (StepEngine.step, med
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -25,12 +24,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from codes.checks.results_page import machine  # noqa: E402
+from codes.checks.results_page import bench_parser, machine # noqa: E402
 from codes.runtime.decoding import RandomNoise  # noqa: E402
-from codes.runtime.engine import StepEngine, step_tokens  # noqa: E402
-from codes.runtime.settings import GenerationSettings  # noqa: E402
 from codes.runtime.duration import paced_frames  # noqa: E402
-from codes.runtime.synthesis import OmniVoiceOnnx, Voice  # noqa: E402
+from codes.runtime.engine import StepEngine, step_tokens  # noqa: E402
+from codes.runtime.request import Voice  # noqa: E402
+from codes.runtime.settings import GenerationSettings  # noqa: E402
+from codes.runtime.synthesis import OmniVoiceOnnx  # noqa: E402
 from codes.serve.voices.book import DESIGN_VOICES  # noqa: E402
 from codes.serve.voices.pins import PIN_SECONDS, PIN_TEXTS, PinSettings  # noqa: E402
 
@@ -60,7 +60,7 @@ def voice(frames: int, text: str) -> Voice:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__)
     p.add_argument("--model_dir", type=Path, required=True)
     p.add_argument("--threads", type=int)
     p.add_argument("--repeats", type=int, default=7)

@@ -11,21 +11,19 @@ openai-whisper's find_alignment on the same weights (the code: codes/checks/word
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-from codes.checks.bench import write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, write_page  # noqa: E402
 from codes.checks.words import CLIP_SECONDS, page, run  # noqa: E402
 from codes.common.errors import run_cli  # noqa: E402
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = bench_parser(__doc__)
     parser.add_argument("--recogniser", type=Path, nargs="+", required=True,
                         help="recogniser folders (asr/) or builds holding one, each measured in turn")
     parser.add_argument("--source", help="the Whisper checkpoint they were built from, for the comparison with "

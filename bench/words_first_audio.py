@@ -8,17 +8,17 @@ The figures and the method: codes/checks/words_first_audio.py.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from codes.checks.results_page import bench_parser  # noqa: E402
 from codes.checks.words_first_audio import run  # noqa: E402
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__)
     p.add_argument("--model_dir", type=Path, required=True, help="a build with a recogniser made with word timings")
     p.add_argument("--num_steps", type=int, default=32, help="decoding steps of each reply")
     p.add_argument("--rounds", type=int, default=3, help="replies of each kind, interleaved")

@@ -14,7 +14,6 @@ First audio is the first audio-chunk; total is audio-stop. The two modes alterna
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import tempfile
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from codes.checks.loopback_server import loopback_port, start_server  # noqa: E402
-from codes.checks.results_page import machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, machine, machine_line, write_page # noqa: E402
 
 REPLY = ("Sure, I turned on the kitchen lights and set them to half brightness. The living room stays dark, "
          "as you asked. Is there anything else you would like me to do?")
@@ -72,7 +71,7 @@ async def one(port: int, streaming: bool, word_seconds: float) -> tuple[float, f
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = bench_parser(__doc__)
     p.add_argument("--model_dir", type=Path, required=True)
     p.add_argument("--higgs_dir", type=Path)
     p.add_argument("--num_steps", type=int, default=16)

@@ -67,6 +67,14 @@ def builds(tmp_path_factory, tiny_checkpoint):
 
 
 @pytest.fixture(scope="session")
+def asr_build(builds):
+    """The tiny fp32 build with a tiny Whisper recogniser inside: what clips without transcripts and word timings need."""
+    from helpers.synthesis_inputs import ASR_BUILD
+
+    return builds.get(*ASR_BUILD)
+
+
+@pytest.fixture(scope="session")
 def served_build(builds):
     """The tiny fp32 build with its fp32 codec inside: what the server tests run."""
     from helpers.synthesis_inputs import FP32_BUILD

@@ -71,13 +71,17 @@ def test_no_import_circle():
             assert circle is None, " -> ".join(circle)
 
 
-# The serve wing's lower half (codes/serve/voices/, the loaded model, a request's sentences) knows nothing
+# The serve wing's folders, top to bottom (docs/DESIGN.md §serve-map): each imports only its own folder and those
+# below it. Inside the doors, a door imports no other door but the shared pieces (the HTTP door mounts the stream
+# door's route on its app).
+SERVE_FLOORS = ("launch", "doors", "core", "voices", "edge")
+DOORS_SHARED = {"codes.serve.doors.contract", "codes.serve.doors.guard", "codes.serve.doors.wyoming_wire",
+                "codes.serve.doors.playground", "codes.serve.doors.stream"}
+# The lower half of the core (a request's sentences and segments, the loaded model) and the voices know nothing
 # of the state the doors share, so the walk from create_app runs downhill (issue 34: it climbed back 6 times).
-BELOW_THE_STATE = ("codes.serve.voices", "codes.serve.loaded_model", "codes.serve.sentences",
-                   "codes.serve.segments")
-THE_STATE_AND_ABOVE = {"codes.serve.state", "codes.serve.lifecycle", "codes.serve.app", "codes.serve.guard", "codes.serve.wyoming",
-                       "codes.serve.mcp", "codes.serve.stream_door", "codes.serve.startup", "codes.serve.run", "codes.serve.replica"}
-DOORS = ("app", "stream_door", "wyoming", "mcp", "lifecycle")
+BELOW_THE_STATE = ("codes.serve.voices", "codes.serve.core.loaded_model", "codes.serve.core.sentences",
+                   "codes.serve.core.script_stream", "codes.serve.core.kept_pieces")
+DOORS = ("doors/http", "doors/stream", "doors/wyoming", "doors/mcp", "core/lifecycle")
 # What only the resolver (codes/serve/voices/resolver.py Voices) may touch to make a voice from a name.
 RESOLVERS_OWN = {"pins", "load_saved", "saved_path", "clone"}
 
@@ -92,12 +96,37 @@ def reached(graph: dict[str, set[str]], name: str) -> set[str]:
     return seen
 
 
-def test_the_serve_wing_imports_downhill_from_the_doors():
+def serve_floor(name: str) -> int | None:
+    parts = name.split(".")
+    return SERVE_FLOORS.index(parts[2]) if parts[:2] == ["codes", "serve"] and len(parts) > 2 and parts[2] in SERVE_FLOORS else None
+
+
+def test_the_serve_wing_is_folders_whose_imports_run_down():
     graph = import_graph()
+    assert {name.split(".")[2] for name in graph if name.startswith("codes.serve.")} == set(SERVE_FLOORS)
+    upward = [(name, target) for name, targets in graph.items() for target in targets
+              if serve_floor(name) is not None and serve_floor(target) is not None
+              and serve_floor(target) < serve_floor(name)]
+    assert not upward, f"imports up the serve wing's floors: {upward}"
+    sideways = [(name, target) for name, targets in graph.items() for target in targets
+                if name.startswith("codes.serve.doors.") and target.startswith("codes.serve.doors.")
+                and target not in DOORS_SHARED and not target.startswith("codes.serve.doors.playground")]
+    assert not sideways, f"a door imports another door: {sideways}"
     below = [name for name in graph if any(name == low or name.startswith(low + ".") for low in BELOW_THE_STATE)]
-    assert "codes.serve.voices.resolver" in below and "codes.serve.loaded_model" in below
-    upward = {name: sorted(reached(graph, name) & THE_STATE_AND_ABOVE) for name in below}
-    assert not {name: up for name, up in upward.items() if up}, "modules below the state reach above it"
+    assert "codes.serve.voices.resolver" in below and "codes.serve.core.loaded_model" in below
+    above = {"codes.serve.core.state", "codes.serve.core.lifecycle"}
+    climbing = {name: sorted(reached(graph, name) & above) for name in below}
+    assert not {name: up for name, up in climbing.items() if up}, "modules below the state reach it"
+
+
+def test_the_script_package_is_entered_by_its_front_door():
+    inner = [(name, target) for name, targets in import_graph().items() for target in targets
+             if target.startswith("codes.runtime.script.") and not name.startswith("codes.runtime.script")]
+    assert not inner, f"modules past codes.runtime.script's front door: {inner}"
+    for script in ("inference.py", "corpus.py", "serve.py", "eval.py"):
+        imported = {node.module for node in ast.walk(ast.parse((ROOT / script).read_text(encoding="utf-8")))
+                    if isinstance(node, ast.ImportFrom) and node.module}
+        assert not any(module.startswith("codes.runtime.script.") for module in imported), script
 
 
 def test_doors_turn_a_voice_name_into_a_voice_only_through_the_resolver():

@@ -21,6 +21,15 @@ REPO = Path(__file__).resolve().parent.parent
 # Upstream keeps its instruct categories in this order without naming them;
 # the names appear in its conflict message ("gender, age, pitch, style, accent, dialect").
 INSTRUCT_CATEGORY_NAMES = ("gender", "age", "pitch", "style", "accent", "dialect")
+# Ours, for a page to show the vocabulary (upstream has none): each category's label, the English names of the
+# dialects (whose items are Chinese), and the categories one choice excludes (upstream refuses an accent with a
+# dialect: accents are for English speech, dialects for Chinese).
+INSTRUCT_LABELS = {"gender": "Gender", "age": "Age", "pitch": "Pitch", "style": "Style", "accent": "Accent",
+                   "dialect": "Chinese dialect"}
+DIALECT_LABELS = {"东北话": "Northeastern", "云南话": "Yunnan", "四川话": "Sichuan", "宁夏话": "Ningxia", "桂林话": "Guilin",
+                  "河南话": "Henan", "济南话": "Jinan", "甘肃话": "Gansu", "石家庄话": "Shijiazhuang", "贵州话": "Guizhou",
+                  "陕西话": "Shaanxi", "青岛话": "Qingdao"}
+EXCLUDES = {"accent": ["dialect"], "dialect": ["accent"]}
 
 
 def language_table() -> dict:
@@ -37,11 +46,15 @@ def instruct_table() -> dict:
 
     categories = []
     for name, category in zip(INSTRUCT_CATEGORY_NAMES, voice_design._INSTRUCT_CATEGORIES, strict=True):
+        shown = {"label": INSTRUCT_LABELS[name], **({"excludes": EXCLUDES[name]} if name in EXCLUDES else {})}
         if isinstance(category, dict):
-            categories.append({"name": name, "en_to_zh": dict(category)})
+            categories.append({"name": name, **shown, "en_to_zh": dict(category)})
         else:
-            categories.append({"name": name, "items": sorted(category)})
-    return {"_source": "omnivoice/utils/voice_design.py _INSTRUCT_CATEGORIES", "categories": categories}
+            items = sorted(category)
+            labels = {item: DIALECT_LABELS[item] for item in items if item in DIALECT_LABELS}
+            categories.append({"name": name, **shown, "items": items, **({"item_labels": labels} if labels else {})})
+    return {"_source": "omnivoice/utils/voice_design.py _INSTRUCT_CATEGORIES; labels and excludes are ours",
+            "categories": categories}
 
 
 def duration_table() -> dict:

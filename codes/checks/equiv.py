@@ -15,7 +15,7 @@ from codes.checks.equiv_codec import codec_equivalence
 from codes.checks.foreign import foreign_backbone_rows
 from codes.runtime.probe import probe_bidirectional
 from codes.checks.report import FP32_ABS_BOUND, Row, compare, format_table, probe_row
-from codes.common.errors import UserError
+from codes.export.sources import source_of
 from codes.runtime import specs
 from codes.runtime.manifest import FORMAT, MANIFEST_NAME, RECIPE_SCHEMA, read_manifest, recogniser_folder
 from codes.runtime.sessions import BackboneRunner, make_session, open_backbone, resolve_provider
@@ -164,26 +164,6 @@ def scoring_rows(manifest, logits: np.ndarray, provider: str = "cpu", seed: int 
         row.bound += ", tokens equal"
         rows.append(row)
     return rows
-
-
-def source_of(manifest, source: str | None) -> Path:
-    """--source, else the checkpoint the manifest names (generated ones are regenerated on demand)."""
-    from codes.export.checkpoint import GENERATED, generated_checkpoint, resolve_checkpoint
-
-    if source:
-        return resolve_checkpoint(source, need_backbone=False).path
-    recorded = manifest.data.get("source") or {"kind": manifest.data.get("model_id")}  # a published folder's
-    if recorded.get("kind") in GENERATED:
-        return generated_checkpoint(recorded["kind"], seed=recorded.get("seed", 0)).path
-    path = recorded.get("path")
-    if path and Path(path).is_dir():
-        return Path(path)
-    if recorded.get("kind") and "/" in recorded["kind"]:  # a hub id, looked up in the local cache only
-        try:
-            return resolve_checkpoint(recorded["kind"], need_backbone=False).path
-        except UserError:
-            pass
-    raise UserError(f"the checkpoint this build came from ({path or recorded}) is not here; pass it with --source DIR")
 
 
 def manifest_schema(folder: Path) -> str | None:

@@ -3,6 +3,7 @@ ONNX Runtime's kernels choose among, onnxruntime), and the page written (printed
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -64,3 +65,8 @@ def write_page(out: Path | None, lines: list[str], data: dict | None = None) -> 
         if data is not None:
             with atomic_path(out.with_suffix(".json")) as tmp:
                 tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+
+
+def bench_parser(doc: str) -> argparse.ArgumentParser:
+    """A bench/ entry point's argument parser: its docstring, examples included, as the help."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codes.checks.bench import machine, machine_line
-from codes.runtime.script.model import natural_seconds, Segment
-from codes.runtime.script.subtitles import format_timestamp
+from codes.runtime.script import Segment, format_timestamp, natural_seconds
 
 SPEAKERS = ("Alice=instruct:female, low pitch", "Bob=instruct:male, british accent")
 SENTENCES = (

@@ -13,7 +13,8 @@ import statistics
 import time
 from pathlib import Path
 
-from codes.checks.bench import TEXT_10S, machine, machine_line
+from codes.checks.results_page import machine, machine_line
+from codes.checks.workloads import TEXT_10S
 from codes.export.generated_higgs import speech_like_signal
 
 # Speech runs at about 2.5 words a second: each clip gets as many words of this text as it could hold.

@@ -150,7 +150,7 @@ class Synthesizer:
         if key in self.voices:
             self.voices.move_to_end(key)
             return self.voices[key]
-        from codes.runtime.synthesis import Voice
+        from codes.runtime.request import Voice
 
         if key[0] == "voice":
             voice = Voice.load(request["voice"])

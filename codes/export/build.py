@@ -418,7 +418,7 @@ def _fidelity(request: BuildRequest, profile: Profile, staging: Path) -> dict:
                "--model_dir BUILD where it runs")
         request.log(f"fidelity: {why}")
         return {"measured": False, "why": why}
-    from codes.checks.fidelity import build_fidelity
+    from codes.export.fidelity import build_fidelity
 
     lines = []
     with library_output("the fidelity check"):

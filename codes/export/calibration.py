@@ -25,7 +25,7 @@ import numpy as np
 
 from codes.common.errors import UserError
 
-# Not the fidelity prompts (codes/checks/fidelity.py): fidelity is measured on held-out text.
+# Not the fidelity prompts (codes/export/fidelity.py): fidelity is measured on held-out text.
 CALIBRATION_PROMPTS = (  # (text, language, instruct)
     ("Please leave your message after the tone, and we will call you back tomorrow.", "en", None),
     ("春天来了，公园里的花都开了，孩子们在草地上奔跑。", "zh", "male, low pitch"),
@@ -53,7 +53,7 @@ def decode_prompt_set(tokenizer, prompts, clone_text: str, target_logits_fn, num
     """Decode `prompts` greedily through `target_logits_fn`, then `clone_text` in the voice of the first
     prompt's codes: the fixed workload that calibration and fidelity observe through their logits fn."""
     from codes.runtime.decoding import RandomNoise, iterative_decode
-    from codes.runtime.synthesis import Voice, prompt_batch, settle
+    from codes.runtime.request import Voice, prompt_batch, settle
 
     settings = greedy_settings(num_steps)
     texts, languages, instructs = zip(*prompts)

@@ -114,3 +114,20 @@ def merge_adapter(base: Checkpoint, adapter: Path, out_dir: Path, log=print) -> 
                                           "adapter_sha256": sha256_file(adapter / ADAPTER_FILES[1]),
                                           "tokenizer": "adapter's" if own_tokenizer else "base's"}}
     return Checkpoint(out_dir, identity)
+
+
+def merged_source(base: Path, lora: dict) -> Path:
+    """The checkpoint a LoRA build was exported from, for checks against upstream: its base with the adapter (as
+    the manifest's source.lora names it) merged again, once per adapter and base, into the cache."""
+    from codes.common.cache import cache_dir
+    from codes.export.checkpoint import identity_of
+    from codes.export.generated import generate_once
+
+    adapter = Path(lora["path"])
+    if not (adapter / ADAPTER_FILES[1]).is_file() or sha256_file(adapter / ADAPTER_FILES[1]) != lora["adapter_sha256"]:
+        raise UserError(f"the LoRA adapter this build merged ({adapter}) is not here as it was; pass the merged "
+                        "checkpoint with --source DIR")
+    final = cache_dir("lora-merged") / f"{lora['adapter_sha256'][:16]}-{identity_of(base)['config_sha256'][:16]}"
+    generate_once(final, "the merged checkpoint",
+                  lambda folder: merge_adapter(Checkpoint(base, identity_of(base)), adapter, folder, log=lambda line: None))
+    return final

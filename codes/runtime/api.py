@@ -21,10 +21,10 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
-from codes.runtime import prompt_file
+from codes.runtime.request import Voice
 from codes.runtime.settings import ALIASES, GenerationSettings
 from codes.runtime.specs import SAMPLE_RATE
-from codes.runtime.synthesis import OmniVoiceOnnx, Voice
+from codes.runtime.synthesis import OmniVoiceOnnx
 from codes.runtime.voice_design import LANGUAGE_IDS, LANGUAGE_NAMES
 
 logger = logging.getLogger(__name__)

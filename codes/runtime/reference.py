@@ -8,8 +8,8 @@ import re
 from codes.common.errors import UserError
 from codes.runtime.chunks import clauses
 from codes.runtime.duration import text_weight
+from codes.runtime.request import Voice
 from codes.runtime.specs import FRAME_RATE
-from codes.runtime.synthesis import Voice
 
 
 def trim_voice(voice: Voice, max_seconds: float) -> Voice:

@@ -15,6 +15,11 @@ from codes.common.errors import UserError
 
 # Upstream's OmniVoiceGenerationConfig spells the steps `num_step`; the recipe's flag is --num_steps.
 ALIASES = {"num_step": "num_steps"}
+# A script's segments sharing a step, by provider, unless asked. On a small CPU a step costs its positions, and a
+# shared step pads each item to the longest: batched, the full-size cpu_int8 build spoke the benchmark's dialogue
+# in 1.5x the time one by one took, and its SRT in 1.1x, at 2.5x the memory (bench/script_results.md). On a GPU a
+# step's cost is mostly fixed (the engine's premise, docs/DESIGN.md §scheduling), so sharing comes nearly free.
+SCRIPT_MAX_BATCH = {"cpu": 1, "cuda": 8}
 
 
 @dataclass(frozen=True)

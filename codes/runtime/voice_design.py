@@ -13,8 +13,8 @@ import difflib
 import logging
 import re
 
-from codes.runtime.data import load_table
 from codes.common.errors import UserError
+from codes.runtime.data import load_table
 from codes.runtime.text import contains_chinese
 
 logger = logging.getLogger(__name__)
@@ -46,23 +46,19 @@ _SUGGESTION_POOL = sorted(INSTRUCT_VALID)
 
 
 # English names of the Chinese dialects, for pages that list them (the instruct itself is the Chinese item).
-DIALECT_NAMES = {"东北话": "Northeastern", "云南话": "Yunnan", "四川话": "Sichuan", "宁夏话": "Ningxia", "桂林话": "Guilin",
-                 "河南话": "Henan", "济南话": "Jinan", "甘肃话": "Gansu", "石家庄话": "Shijiazhuang", "贵州话": "Guizhou",
-                 "陕西话": "Shaanxi", "青岛话": "Qingdao"}
-
-
 def design_vocabulary() -> list[dict]:
-    """Upstream's voice-design vocabulary by category, for a page to build its lists from: each item's
-    `value` (what an instruct says), its Chinese form `zh` where it has one (a dialect's instruct is all
-    Chinese), and for a dialect its English `label`. The items of one category exclude each other."""
+    """Upstream's voice-design vocabulary by category, for a page to build its controls from: each category's
+    `name`, `label` and the categories it `excludes`; each item's `value` (what an instruct says), its Chinese form
+    `zh` where it has one, and for a dialect its English `label`. The items of one category exclude each other. How chosen items join into an
+    instruct is resolve_instruct's (the server's POST /v1/audio/voice-design), never the page's."""
     categories = []
     for category in load_table("instruct")["categories"]:
-        if "en_to_zh" in category:
-            items = [{"value": en, "zh": zh} for en, zh in category["en_to_zh"].items()]
-        else:
-            items = [{"value": item, **({"label": DIALECT_NAMES[item]} if item in DIALECT_NAMES else {})}
-                     for item in category["items"]]
-        categories.append({"name": category["name"], "items": items})
+        labels, chinese = category.get("item_labels", {}), category.get("en_to_zh", {})
+        values = category["en_to_zh"] if "en_to_zh" in category else category["items"]
+        items = [{"value": item, **({"zh": chinese[item]} if item in chinese else {}),
+                  **({"label": labels[item]} if item in labels else {})} for item in values]
+        categories.append({"name": category["name"], "label": category["label"],
+                           "excludes": category.get("excludes", []), "items": items})
     return categories
 
 

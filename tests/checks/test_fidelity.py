@@ -8,7 +8,7 @@ import pytest
 from helpers.scripts import run_main
 from helpers.synthesis_inputs import FP32_BUILD
 
-from codes.checks.fidelity import cell_tally
+from codes.export.fidelity import cell_tally
 from codes.runtime.decoding import guided_log_probs
 
 

@@ -6,7 +6,7 @@ from helpers.synthesis_inputs import FP32_BUILD
 
 from codes.checks.script_bench import dialogue, markdown, run_benchmark, subtitles
 from codes.runtime.script import parse_script
-from codes.runtime.script.model import script_seconds
+from codes.runtime.script.segments import script_seconds
 
 
 def test_the_workloads_are_a_dialogue_of_the_asked_length_and_an_srt_of_the_asked_cues():

@@ -127,7 +127,7 @@ def first_run(build, inputs, tmp_path_factory):
 
 
 def test_every_good_row_is_spoken_at_its_expected_length(first_run, inputs):
-    from codes.runtime.synthesis import Voice
+    from codes.runtime.request import Voice
 
     out, result, _ = first_run
     folder, good = inputs

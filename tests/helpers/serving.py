@@ -93,6 +93,22 @@ class Server:
         self.log.close()
 
 
+def started(build: Path, tmp_path_factory, name: str, *flags: str, wyoming: bool = False, mcp_output: bool = False):
+    """A module's server (a fixture's body: `yield from started(...)`): serve.py on `build` with `flags`, its
+    voices and log in a folder of its own (srv.folder); with `wyoming` a Wyoming door on a free port
+    (srv.wyoming_port), with `mcp_output` MCP's output folder (srv.out); stopped when the module is done."""
+    folder = tmp_path_factory.mktemp(name)
+    port = free_port() if wyoming else None
+    extra = (("--wyoming-uri", f"tcp://127.0.0.1:{port}") if wyoming else ()) + \
+        (("--mcp-output-dir", str(folder / "out")) if mcp_output else ())
+    srv = Server(build, folder / "voices", folder / "server.log", *extra, *flags)
+    srv.folder, srv.wyoming_port, srv.out = folder, port, folder / "out"
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
 def speak(srv: Server, text: str = TWO_SENTENCES, voice: str = "alloy", fmt: str = "pcm", **extra) -> bytes:
     return srv.client().audio.speech.create(model="omnivoice", input=text, voice=voice, response_format=fmt,
                                             extra_body={**FAST, **extra}).content

@@ -208,13 +208,6 @@ GREEDY_STEPS = dict(num_step=8, position_temperature=0.0, class_temperature=0.0)
 
 
 @pytest.fixture(scope="module")
-def asr_build(builds):
-    from helpers.synthesis_inputs import ASR_BUILD
-
-    return builds.get(*ASR_BUILD)
-
-
-@pytest.fixture(scope="module")
 def upstream_cloner(tiny_checkpoint, whisper_folder):
     """Upstream OmniVoice with its ASR pipeline on the same tiny Whisper the build's recogniser came from."""
     import torch
@@ -232,7 +225,8 @@ def test_a_clip_alone_through_inference_equals_upstream_generate(asr_build, upst
     from helpers.synthesis_inputs import REF_TEXT, reference_clip, write_clip
     from helpers.upstream_twins import recorded_codes
 
-    from codes.runtime.synthesis import OmniVoiceOnnx, Voice
+    from codes.runtime.synthesis import OmniVoiceOnnx
+    from codes.runtime.request import Voice
 
     clip = write_clip(tmp_path / "ref.wav", reference_clip(24000), 24000)
     with recorded_codes(upstream_cloner) as calls:
@@ -291,7 +285,7 @@ def test_a_whisper_with_zero_qv_biases_clones_a_clip_alone_through_inference(bui
     from omnivoice.models.omnivoice import OmniVoice
 
     from codes.export.whisper_checkpoint import generated_whisper
-    from codes.runtime.synthesis import Voice
+    from codes.runtime.request import Voice
 
     zero_bias = generated_whisper("tiny-whisper", zero_qv_biases=True)
     run_main("optimize.py", "--asr-only", "--asr-model", zero_bias, "--device", "cpu_fp32", "--output",

@@ -11,13 +11,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from helpers.scripts import last_error_line, run_main, run_script
-from helpers.synthesis_inputs import ASR_BUILD, REF_TEXT, reference_clip, write_clip
+from helpers.synthesis_inputs import REF_TEXT, reference_clip, write_clip
 
 from codes.runtime.normalize import normalize_text
+from codes.runtime.request import Voice
 from codes.runtime.script import Caption, caption_text, parse_script, read_script, speak_script
 from codes.runtime.script.subtitles import parse_timestamp
 from codes.runtime.settings import GenerationSettings
-from codes.runtime.synthesis import OmniVoiceOnnx, Voice
+from codes.runtime.synthesis import OmniVoiceOnnx
 
 RATE, PAD = 24000, 2400
 STEPS = 4
@@ -28,11 +29,6 @@ BOB = "male, low pitch"
 DIALOGUE = "Alice: Dr. Jones paid $5 for the tea.\nBob: Thanks, Alice. [laughter]\nAlice: [laughter]\n"
 DUB = ("WEBVTT\n\n00:00.300 --> 00:02.100\n<v Bob>Good morning, everyone.\n\n"
        "00:02.100 --> 00:03.500\n<v Alice>Morning, Bob.\n")
-
-
-@pytest.fixture(scope="module")
-def asr_build(builds):
-    return builds.get(*ASR_BUILD)
 
 
 @pytest.fixture(scope="module")

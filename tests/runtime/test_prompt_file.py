@@ -21,7 +21,7 @@ from omnivoice.models.omnivoice import VoiceClonePrompt
 
 from codes.runtime import prompt_file
 from codes.runtime.prompt_file import MAX_FILE_BYTES, PromptFileError, is_prompt_file, prompt_bytes, read_prompt
-from codes.runtime.synthesis import Voice
+from codes.runtime.request import Voice
 
 TEXT = "This is what the reference clip says."
 

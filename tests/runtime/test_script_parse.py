@@ -9,7 +9,7 @@ import pytest
 
 from codes.common.errors import UserError
 from codes.runtime.script import Break, ScriptBounds, caption_text, check_bounds, parse_script, read_script
-from codes.runtime.script.model import MAX_BREAK_SECONDS, MAX_PACE, pace
+from codes.runtime.script.segments import MAX_BREAK_SECONDS, MAX_PACE, pace
 from codes.runtime.script.speakers import VoiceSpec, parse_speakers, parse_voice
 from codes.runtime.script.subtitles import format_timestamp, parse_timestamp
 from codes.runtime.script.timeline import Caption

@@ -385,7 +385,7 @@ def _wait_for(what: str, check, timeout: float = WAIT_S):
 
 
 def test_on_a_shared_cluster_a_burst_past_serves_queue_is_429_and_scales_up_and_idleness_scales_down(shared):
-    from codes.serve.cluster import AUTOSCALING_ENV
+    from codes.serve.launch.deployment import AUTOSCALING_ENV
 
     srv = shared.serve_py("autoscaled", "--min-replicas", "1", "--max-replicas", "2", "--max-batch", "1",
                           "--max-concurrent", "1", "--max-queued-requests", "1",

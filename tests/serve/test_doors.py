@@ -27,7 +27,7 @@ from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
 from helpers.scripts import ROOT
-from helpers.serving import RATE, Server, free_port, many_sentences
+from helpers.serving import RATE, Server, many_sentences, started
 
 KEY = "door-key"
 REPLY = ["Sure, I turned on the kitchen lights. ", "The living room stays dark, as you asked. ", "Anything else?"]
@@ -36,13 +36,8 @@ WAIT = 120  # seconds a test waits for an event before it fails
 
 @pytest.fixture(scope="module")
 def server(served_build, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("doors")
-    port = free_port()
-    srv = Server(served_build, folder / "voices", folder / "server.log", "--wyoming-uri", f"tcp://127.0.0.1:{port}",
-                 "--api-key", KEY, "--mcp-output-dir", str(folder / "out"), "--num-steps", "8")
-    srv.wyoming_port, srv.out = port, folder / "out"
-    yield srv
-    srv.stop()
+    yield from started(served_build, tmp_path_factory, "doors", "--api-key", KEY, "--num-steps", "8", wyoming=True,
+                       mcp_output=True)
 
 
 def http(srv: Server, method: str, path: str, **kwargs) -> httpx.Response:

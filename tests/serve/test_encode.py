@@ -1,4 +1,4 @@
-"""codes/serve/encode.py: every response format from several pushes is one file, the lossless ones the very samples."""
+"""codes/serve/core/encode.py: every response format from several pushes is one file, the lossless ones the very samples."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from codes.serve.encode import StreamEncoder, pcm16
+from codes.serve.core.encode import StreamEncoder, pcm16
 
 RATE = 24000
 

@@ -29,7 +29,7 @@ from wyoming.client import AsyncTcpClient
 from wyoming.info import Describe, Info
 from wyoming.tts import Synthesize, SynthesizeVoice
 
-from codes.runtime.synthesis import Voice
+from codes.runtime.request import Voice
 
 WAIT = 120
 KITCHEN_TEXT = "This is what the reference clip says"

@@ -24,7 +24,7 @@ import soundfile
 
 from helpers import clips
 from helpers.scripts import ROOT, last_error_line
-from helpers.serving import FAST, Server, free_port, signal_at_stage, speak, whole_response
+from helpers.serving import FAST, Server, free_port, signal_at_stage, speak, whole_response, started
 
 from codes.checks import hostile_clips
 
@@ -49,10 +49,7 @@ def clip(seconds: float) -> bytes:
 
 @pytest.fixture(scope="module")
 def server(served_build, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("hostile")
-    srv = Server(served_build, folder / "voices", folder / "server.log", *LIMITS, *BROWSERS)
-    yield srv
-    srv.stop()
+    yield from started(served_build, tmp_path_factory, "hostile", *LIMITS, *BROWSERS)
 
 
 def post_speech(srv: Server, body: dict, **kwargs) -> httpx.Response:
@@ -320,8 +317,8 @@ def test_max_connections_must_fit_the_file_descriptor_limit(served_build, tmp_pa
     assert refused.returncode == 2 and "ready" not in refused.stdout
     assert last_error_line(refused) == ("error: --max-connections 1000 needs 1256 file descriptors and this process "
                                         "may open 600 (ulimit -Hn): lower --max-connections to 344 or raise the limit")
-    raised = subprocess.run([sys.executable, "-c", "import resource; from codes.serve.connections import "
-                             "fit_descriptors; from codes.serve.limits import Limits; fit_descriptors(Limits()); "
+    raised = subprocess.run([sys.executable, "-c", "import resource; from codes.serve.edge.connections import "
+                             "fit_descriptors; from codes.serve.edge.limits import Limits; fit_descriptors(Limits()); "
                              "print(resource.getrlimit(resource.RLIMIT_NOFILE))"], cwd=ROOT, capture_output=True,
                             text=True, timeout=120, preexec_fn=limited(600, 4096), check=True)
     assert raised.stdout.strip() == "(1256, 4096)"  # the soft limit raised as far as needed, below the hard one
@@ -430,7 +427,7 @@ def test_an_upload_bomb_through_mcp_save_voice_is_refused_the_same_way(server, b
 
 def test_a_multichannel_clip_is_saved_as_its_mono_mixdown(server):
     from codes.runtime.audio import to_mono
-    from codes.runtime.synthesis import Voice
+    from codes.runtime.request import Voice
 
     data, samples = clips.channels_wav(2 * 24000, 8)
     mono = io.BytesIO()
@@ -715,9 +712,9 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, 
 
     from codes.runtime.manifest import read_manifest
     from codes.runtime.synthesis import OmniVoiceOnnx
-    from codes.serve.app import create_app
-    from codes.serve.state import ServerConfig, ServerState
-    from codes.serve.loaded_model import LoadedModel
+    from codes.serve.doors.http import create_app
+    from codes.serve.core.state import ServerConfig, ServerState
+    from codes.serve.core.loaded_model import LoadedModel
     from codes.serve.voices.book import VoiceBook
     from codes.serve.voices.pins import DesignPins
     from codes.serve.voices.resolver import Voices

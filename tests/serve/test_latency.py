@@ -14,7 +14,7 @@ import pytest
 from helpers.serving import Server, free_port, speak
 from codes.runtime.duration import paced_frames
 from codes.runtime.reference import trim_voice
-from codes.runtime.synthesis import Voice
+from codes.runtime.request import Voice
 from codes.serve.voices.pins import PinSettings, canonical_instruct
 
 

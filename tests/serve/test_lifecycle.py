@@ -1,4 +1,4 @@
-"""A speech request's one lifecycle (codes/serve/lifecycle.py), in-process on the real tiny engine:
+"""A speech request's one lifecycle (codes/serve/core/lifecycle.py), in-process on the real tiny engine:
 every way a request can end writes one log line with its status, cancels what it left, and frees
 its slot, whichever door it came from; admission is one count and one rule for all of them. No
 process boundary is under test here; the doors' own tests (test_doors, test_hostile,
@@ -13,10 +13,10 @@ import re
 import pytest
 
 import serve
-from codes.serve.errors import RequestError
-from codes.serve.lifecycle import SpeechRequest
-from codes.serve.params import parse_speech
-from codes.serve.startup import load_model, service_options, service_state
+from codes.serve.core.lifecycle import SpeechRequest
+from codes.serve.core.params import parse_speech
+from codes.serve.edge.errors import RequestError
+from codes.serve.launch.startup import load_model, service_options, service_state
 
 MAX_CONCURRENT = 2
 LONG = " ".join(f"This is sentence number {i}, spoken slowly." for i in range(12))

@@ -1,11 +1,11 @@
-"""codes.serve.origins: which web pages a request may come from (the server tests send them for real)."""
+"""codes.serve.edge.origins: which web pages a request may come from (the server tests send them for real)."""
 
 from __future__ import annotations
 
 import pytest
 
 from codes.common.errors import UserError
-from codes.serve.origins import browser_rules, host_name, refusal
+from codes.serve.edge.origins import browser_rules, host_name, refusal
 
 RULES = browser_rules(["http://localhost:3000/", "HTTPS://App.Example.com:443"], ["tts.lan", "Box.LAN:8000"])
 

@@ -1,4 +1,4 @@
-"""The playground page at `/` (codes/serve/playground/) as a person uses it: Debian's chromium, headless,
+"""The playground page at `/` (codes/serve/doors/playground/) as a person uses it: Debian's chromium, headless,
 driven by Playwright, against one real serve.py on the tiny build (with --api-key, so the key's round
 trip is tried), and the same page once through serve.py --ray.
 
@@ -27,7 +27,7 @@ from playwright.sync_api import expect
 from codes.runtime.data import load_table
 from codes.runtime.voice_design import LANGUAGE_IDS, language_choices, resolve_instruct
 from helpers.browser import Visit, chromium
-from helpers.serving import TWO_SENTENCES, Server
+from helpers.serving import TWO_SENTENCES, Server, started
 from helpers.synthesis_inputs import REF_TEXT, reference_clip
 
 KEY = "playground-key"
@@ -36,10 +36,7 @@ STEPS = "4"
 
 @pytest.fixture(scope="module")
 def server(served_build, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("playground")
-    srv = Server(served_build, folder / "voices", folder / "server.log", "--api-key", KEY)
-    yield srv
-    srv.stop()
+    yield from started(served_build, tmp_path_factory, "playground", "--api-key", KEY)
 
 
 @pytest.fixture(scope="module")
@@ -524,7 +521,7 @@ def test_the_same_page_works_through_serve_py_ray(visit, served_build, tmp_path)
         try:
             srv.proc.wait(timeout=60)
         finally:
-            for pid, started in _descendants(srv.proc.pid).items() | tree.items():
-                if _alive(pid, started):
+            for pid, start_time in _descendants(srv.proc.pid).items() | tree.items():
+                if _alive(pid, start_time):
                     os.kill(pid, signal.SIGKILL)
             srv.stop()

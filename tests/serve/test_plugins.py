@@ -31,7 +31,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 from pipecat_omnivoice import OmniVoiceTTSService
 
-from helpers.serving import RATE, Server
+from helpers.serving import RATE, Server, started
 from helpers.synthesis_inputs import ASR_BUILD
 
 KEY = "plugin-key"
@@ -42,10 +42,7 @@ WAIT = 120  # seconds a test waits for an event before it fails
 
 @pytest.fixture(scope="module")
 def server(served_build, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("plugins")
-    srv = Server(served_build, folder / "voices", folder / "server.log", "--api-key", KEY, "--num-steps", "4")
-    yield srv
-    srv.stop()
+    yield from started(served_build, tmp_path_factory, "plugins", "--api-key", KEY, "--num-steps", "4")
 
 
 def run(coroutine):

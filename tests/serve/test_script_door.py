@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from helpers.serving import RATE, Server
+from helpers.serving import RATE, Server, started
 
 KEY = "script-key"
 WAIT = 300  # seconds a test waits for an answer before it fails
@@ -37,12 +37,7 @@ SRT = ("\ufeff1\r\n00:00:00,500 --> 00:00:02,000\r\n<i>Alice: First cue.</i>\r\n
 
 @pytest.fixture(scope="module")
 def server(served_build, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("script")
-    srv = Server(served_build, folder / "voices", folder / "server.log", "--api-key", KEY,
-                 "--mcp-output-dir", str(folder / "out"), "--num-steps", "4")
-    srv.out = folder / "out"
-    yield srv
-    srv.stop()
+    yield from started(served_build, tmp_path_factory, "script", "--api-key", KEY, "--num-steps", "4", mcp_output=True)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +75,7 @@ def runtime_track(build, script: str, speakers: dict, script_format: str = "text
     """The runtime's own script path (codes/runtime/script) on the same build, as int16 samples."""
     from codes.runtime.script import speak_script
     from codes.runtime.synthesis import OmniVoiceOnnx
-    from codes.serve.encode import pcm16
+    from codes.serve.core.encode import pcm16
 
     tts = OmniVoiceOnnx(build, threads=1)
     settings = {k: v for k, v in SETTINGS.items() if k != "seed"}

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from helpers.scripts import last_error_line, run_script
-from helpers.serving import FAST, RATE, TWO_SENTENCES, Server, many_sentences, pcm_samples, speak
+from helpers.serving import FAST, RATE, TWO_SENTENCES, Server, many_sentences, pcm_samples, speak, started
 from helpers.synthesis_inputs import REF_TEXT, reference_clip
 
 
@@ -27,10 +27,7 @@ def build(served_build):
 
 @pytest.fixture(scope="module")
 def server(build, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("serve")
-    srv = Server(build, folder / "voices", folder / "server.log")
-    yield srv
-    srv.stop()
+    yield from started(build, tmp_path_factory, "serve")
 
 
 def decode(data: bytes, fmt: str) -> np.ndarray:
@@ -403,8 +400,25 @@ def test_the_voice_design_route_serves_upstreams_vocabulary(server):
         assert all(resolve_instruct(value) for value in values)  # every item is one the runtime takes
         if "en_to_zh" in source:
             assert {item["value"]: item["zh"] for item in category["items"]} == source["en_to_zh"]
-    dialects = {category["name"]: category for category in listed}["dialect"]["items"]
-    assert all(item.get("label") for item in dialects)  # every dialect has its English name
+    named = {category["name"]: category for category in listed}
+    assert all(item.get("label") for item in named["dialect"]["items"])  # every dialect has its English name
+    assert named["accent"]["excludes"] == ["dialect"] and all(category["label"] for category in listed)
+
+
+def test_chosen_design_items_are_joined_as_the_runtime_reads_them(server):
+    from codes.runtime.voice_design import resolve_instruct
+
+    def joined(items):
+        return httpx.post(f"{server.url}/v1/audio/voice-design", json={"items": items})
+
+    assert joined(["female", "low pitch", "british accent"]).json() == {"instructions": "female, low pitch, british accent"}
+    assert joined(["female", "low pitch", "四川话"]).json()["instructions"] == resolve_instruct("female, low pitch, 四川话")
+    assert joined(["female", "low pitch", "四川话"]).json()["instructions"] == "女，低音调，四川话"
+    assert joined([]).json() == {"instructions": ""}
+    for bad, message in ((["male", "female"], "conflicting instruct items"), (["loud"], "loud"),
+                         ({"items": "male"}, "items")):
+        answer = joined(bad) if isinstance(bad, list) else httpx.post(f"{server.url}/v1/audio/voice-design", json=bad)
+        assert answer.status_code == 400 and message in answer.json()["error"]["message"]
 
 
 def test_normalize_text_without_its_library_fails_at_start_in_one_line(build, tmp_path):

@@ -18,15 +18,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from helpers.scripts import last_error_line, run_script
 from helpers.serving import FAST, RATE, Server, pcm_samples, speak
-from helpers.synthesis_inputs import ASR_BUILD, reference_clip
+from helpers.synthesis_inputs import reference_clip
 
 WAIT = 120  # seconds a client waits for an answer before the test fails
 GREEDY = {"seed": 7, "position_temperature": 0.0, "class_temperature": 0.0}
-
-
-@pytest.fixture(scope="module")
-def asr_build(builds):
-    return builds.get(*ASR_BUILD)
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +72,7 @@ def test_an_http_upload_without_its_transcript_is_saved_with_what_was_heard_and_
     assert made.status_code == 200, made.text
     assert made.json() == {"id": "heard-voice", "name": "heard-voice", "transcript": heard}
     assert listed(server)["heard-voice"]["transcript"] == heard
-    from codes.runtime.synthesis import Voice
+    from codes.runtime.request import Voice
 
     assert Voice.load(server.voices_dir / "heard-voice.npz").text == heard
     saved = speak(server, text="Spoken by a voice nobody wrote down.", voice="heard-voice", **GREEDY)

@@ -20,16 +20,10 @@ from mcp.client.streamable_http import streamable_http_client
 from websockets.sync.client import connect
 
 from helpers.serving import RATE, Server
-from helpers.synthesis_inputs import ASR_BUILD
 
 WAIT = 300
 REPLY = "Sure, the lights are on now. Anything else I can do for you today?"
 START = {"type": "start", "voice": "alloy", "num_steps": 4, "seed": 11, "language": "en", "word_timings": True}
-
-
-@pytest.fixture(scope="module")
-def asr_build(builds):
-    return builds.get(*ASR_BUILD)
 
 
 @pytest.fixture(scope="module")

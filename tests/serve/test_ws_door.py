@@ -24,7 +24,7 @@ from wyoming.client import AsyncTcpClient
 from wyoming.tts import Synthesize, SynthesizeVoice
 
 from helpers.faults import fault_hook
-from helpers.serving import RATE, Server, free_port
+from helpers.serving import RATE, Server, started
 
 KEY = "agent-key"
 REPLY = "Sure, I turned on the kitchen lights. The living room stays dark, as you asked. Anything else?"
@@ -35,14 +35,10 @@ IDLE = 5  # --ws-idle-seconds of this module's server
 
 @pytest.fixture(scope="module")
 def server(served_build, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("ws")
-    port = free_port()
-    srv = Server(served_build, folder / "voices", folder / "server.log", "--api-key", KEY, "--num-steps", "4",
-                 "--ws-idle-seconds", str(IDLE), "--wyoming-uri", f"tcp://127.0.0.1:{port}")
-    srv.wyoming_port = port
-    srv.ws_url = srv.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-    yield srv
-    srv.stop()
+    for srv in started(served_build, tmp_path_factory, "ws", "--api-key", KEY, "--num-steps", "4",
+                       "--ws-idle-seconds", str(IDLE), wyoming=True):
+        srv.ws_url = srv.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+        yield srv
 
 
 def opened(srv: Server, **kwargs):

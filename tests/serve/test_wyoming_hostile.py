@@ -19,10 +19,10 @@ from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeVoice
 
-from codes.serve.limits import Limits
-from codes.serve.wyoming import WyomingDoor
+from codes.serve.doors.wyoming import WyomingDoor
+from codes.serve.edge.limits import Limits
 from helpers.scripts import last_error_line, run_script
-from helpers.serving import Server, free_port, many_sentences
+from helpers.serving import Server, free_port, many_sentences, started
 
 WAIT = 60  # seconds a test waits for an event before it fails
 MAX_CONCURRENT = 4
@@ -34,15 +34,10 @@ BOMB = 10 ** 12  # the length a hostile header claims: a terabyte
 
 @pytest.fixture(scope="module")
 def server(served_build, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("wyoming-hostile")
-    port = free_port()
-    srv = Server(served_build, folder / "voices", folder / "server.log", "--wyoming-uri", f"tcp://127.0.0.1:{port}",
-                 "--num-steps", "4", "--max-concurrent", str(MAX_CONCURRENT),
-                 "--wyoming-max-connections", str(MAX_CONNECTIONS), "--wyoming-idle-seconds", str(IDLE_SECONDS),
-                 "--wyoming-write-seconds", str(WRITE_SECONDS))
-    srv.wyoming_port = port
-    yield srv
-    srv.stop()
+    yield from started(served_build, tmp_path_factory, "wyoming-hostile", "--num-steps", "4", "--max-concurrent",
+                       str(MAX_CONCURRENT), "--wyoming-max-connections", str(MAX_CONNECTIONS),
+                       "--wyoming-idle-seconds", str(IDLE_SECONDS), "--wyoming-write-seconds", str(WRITE_SECONDS),
+                       wyoming=True)
 
 
 class Raw:
@@ -291,7 +286,7 @@ def test_the_unix_socket_the_door_made_is_removed_on_exit_and_only_it(tmp_path):
 def test_the_zeroconf_announcement_is_withdrawn_on_exit(monkeypatch):
     import zeroconf.asyncio
 
-    import codes.serve.wyoming as door_module
+    import codes.serve.doors.wyoming as door_module
 
     calls = []
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.common.ray_start import actor_resources, ray_cause, start_ray
+from codes.runtime.script.assembly import Assembly
+from codes.runtime.script.pieces import StoredPiece
 from codes.runtime.script.plan import ScriptPlan, ScriptRun
-from codes.runtime.script.placing import Placing
-from codes.runtime.script.store import StoredPiece
 
 RETRIES = 2  # restarts of a lost actor, and runs of the piece it held
 
@@ -58,34 +58,37 @@ def render_plan_on_ray(tts, plan: ScriptPlan, placement: RayPlacement,
     from ray.util import ActorPool
 
     run = ScriptRun(plan, tts)
-    placing = Placing(run, kept, on_piece, on_progress, None)
+    assembly = Assembly(run, kept, on_piece, on_progress, None)
     if run.done:
-        return placing.finish()
+        return assembly.finish()
     start_ray(placement.address, placement.verbose)
     try:
         actors, threads, gpus = actor_resources(placement.actors, placement.threads_per_actor, None, tts.provider)
-        actors = min(actors, len(plan.pieces) - placing.reused)
+        actors = min(actors, len(plan.pieces) - assembly.reused)
         remote = ray.remote(num_cpus=threads, num_gpus=gpus or None, max_restarts=RETRIES,
                             max_task_retries=RETRIES)(PieceSpeaker)
         folders = tts.folders()
         pool = ActorPool([remote.remote(*folders, tts.provider, threads) for _ in range(actors)])
 
+        jobs = {}
+
         def submit_ready():
-            for index, request in run.take_pieces():
+            for job in run.take_jobs(whole=True):
+                jobs[job.piece] = job
                 pool.submit(lambda actor, args: actor.speak.remote(*args),
-                            (index, request, plan.pieces[index].settings, plan.seed))
+                            (job.piece, job.request, job.settings, plan.seed))
 
         submit_ready()
         try:
             while pool.has_next():
                 index, chunks, wav = pool.get_next_unordered()
-                run.finish_piece(index, chunks)
+                run.finish_job(jobs.pop(index), chunks)
                 submit_ready()
-                placing.spoken(index, np.asarray(wav, dtype=np.float32))
+                assembly.spoken(index, np.asarray(wav, dtype=np.float32))
         except ray.exceptions.RayError as exc:
             raise UserError(f"the Ray actors failed: {ray_cause(exc)}; the segments finished are kept, "
                             "run the same command again to resume") from None
     finally:
         ray.shutdown()
-    return placing.finish()
+    return assembly.finish()
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from codes.common.errors import UserError
 from codes.common.fileio import sha256_file
 from codes.common.journal import Journal, lock_folder, read_records, rewrite_records
-from codes.runtime.script.store import PIECE_SUFFIX, StoredPiece, piece_fingerprints, read_piece, write_piece
+from codes.runtime.script.fingerprints import piece_fingerprints
+from codes.runtime.script.pieces import PIECE_SUFFIX, StoredPiece, read_piece, write_piece
 
 logger = logging.getLogger(__name__)
 LEDGER_SUFFIX = ".ledger"

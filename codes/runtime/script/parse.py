@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 
 from codes.common.errors import UserError
-from codes.runtime.script.model import Break, Script, Segment, check_break, pace_warning
+from codes.runtime.script.segments import Break, Script, Segment, check_break, pace_warning
 from codes.runtime.script.subtitles import parse_srt, parse_vtt, settle_cues
 from codes.runtime.script.text_input import SpeakerNames, decode
 

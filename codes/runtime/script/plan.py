@@ -25,11 +25,11 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.runtime.decoding import NoiseSource, item_noises
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.script.model import Break, Script, Segment, check_break
+from codes.runtime.request import Request, Voice, chunk_request, first_chunk_voice, is_long, long_form_chunks
+from codes.runtime.script.segments import Break, Script, Segment, check_break
 from codes.runtime.script.speakers import SpeakerVoice
+from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import SAMPLE_RATE
-from codes.runtime.synthesis import Request, Voice, chunk_request, first_chunk_voice, is_long, long_form_chunks
 
 ORDERS = ("timeline", "length")
 
@@ -147,10 +147,11 @@ def plan_script(script: Script, voices: Mapping[str, SpeakerVoice], tts, setting
 
 @dataclass(eq=False)
 class Job:
-    """One work item: a piece's chunk (chunk 0 of a short piece is all of it)."""
+    """One work item: a piece's chunk (chunk 0 of a short piece is all of it), or, taken whole, the piece with
+    all its chunks (chunk None: the request is the piece's, to speak at once with OmniVoiceOnnx.generate_codes)."""
 
     piece: int
-    chunk: int
+    chunk: int | None
     request: Request
     settings: GenerationSettings
     noise: NoiseSource
@@ -166,7 +167,7 @@ class Job:
     def fits_a_work_item(self) -> bool:
         """Whether a step engine takes it (StepEngine.submit); a longer chunk (a long sentence without a
         stop, a long cue) is decoded whole another way (OmniVoiceOnnx.generate_whole), as upstream does."""
-        return not is_long(self.request, self.settings)
+        return self.chunk is not None and not is_long(self.request, self.settings)
 
 
 @dataclass(frozen=True)
@@ -229,16 +230,18 @@ class ScriptRun:
             request = chunk_request(request, state.chunk_texts[chunk], reference)
         return Job(index, chunk, request, piece.settings, state.noise)
 
-    def take_jobs(self, limit: int | None = None, order: str = "timeline") -> list[Job]:
+    def take_jobs(self, limit: int | None = None, order: str = "timeline", whole: bool = False) -> list[Job]:
         """Jobs whose inputs are known, not handed out before: those that make a speaker's reference first,
         then in timeline order (for a listener: the mix comes out soonest), or longest first ("length": jobs
         that start together share their steps, and a step pads every item to its longest, so like sizes
         together waste least: on the 3-minute dialogue of bench/script_bench.py, 18% more positions than the
-        segments alone, against 52% in timeline order). Each piece has at most one job out (its chunks go in turn)."""
+        segments alone, against 52% in timeline order). Each piece has at most one job out (its chunks go in turn).
+        whole: each job a whole piece, for a driver whose workers speak a piece at once (the Ray one)."""
         if order not in ORDERS:
             raise UserError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
-        ready = [self._job(p.index) for p, s in zip(self.plan.pieces, self._state)
-                 if s.request is not None and not s.out and not s.reused and len(s.chunks) < s.total]
+        ready = [self._whole_job(p.index) if whole else self._job(p.index) for p, s in zip(self.plan.pieces, self._state)
+                 if s.request is not None and not s.out and not s.reused and len(s.chunks) < s.total
+                 and not (whole and s.chunks)]
         pieces = self.plan.pieces
         if order == "timeline":
             ready.sort(key=lambda job: (not pieces[job.piece].makes_reference, job.piece))
@@ -249,16 +252,23 @@ class ScriptRun:
             self._state[job.piece].out = True
         return jobs
 
-    def finish_job(self, job: Job, codes: np.ndarray, noise: NoiseSource | None = None) -> list[FinishedPiece]:
-        """Record a job's codes; returns the pieces this finishes. noise: the source the engine finished
-        with (WorkItem.noise, a copy where it ran a step again), which the piece's next chunk continues."""
+    def _whole_job(self, index: int) -> Job:
+        state = self._state[index]
+        return Job(index, None, state.request, self.plan.pieces[index].settings, state.noise)
+
+    def finish_job(self, job: Job, codes: np.ndarray | list[np.ndarray],
+                   noise: NoiseSource | None = None) -> list[FinishedPiece]:
+        """Record a job's codes (a whole piece's: the list of its chunks'); returns the pieces this finishes.
+        noise: the source the engine finished with (WorkItem.noise, a copy where it ran a step again), which
+        the piece's next chunk continues."""
         piece, state = self.plan.pieces[job.piece], self._state[job.piece]
         state.out = False
         if noise is not None:
             state.noise = noise
-        state.chunks.append(codes)
-        if job.chunk == 0 and piece.makes_reference:
-            self._reference_made(piece, first_chunk_voice(codes, job.request.text))
+        state.chunks.extend(codes if job.chunk is None else [codes])
+        if job.chunk in (0, None) and piece.makes_reference:
+            first_text = state.chunk_texts[0] if state.chunk_texts is not None else state.request.text
+            self._reference_made(piece, first_chunk_voice(state.chunks[0], first_text))
         if len(state.chunks) < state.total:
             return []
         return [self._finished(job.piece)]
@@ -290,27 +300,6 @@ class ScriptRun:
         """The reference a finished piece made (None: it made none), to keep with its audio."""
         piece = self.plan.pieces[index]
         return self.made_voices.get(piece.speaker) if piece.makes_reference else None
-
-    def take_pieces(self) -> list[tuple[int, Request]]:
-        """Whole pieces whose inputs are known, not handed out before, reference makers first: for a driver
-        whose workers speak a piece at once, all its chunks (OmniVoiceOnnx.generate_codes with the piece's
-        noise, NoiseSource seed + index), such as the Ray one."""
-        ready = [p.index for p, s in zip(self.plan.pieces, self._state)
-                 if s.request is not None and not s.out and not s.reused and not s.chunks]
-        ready.sort(key=lambda index: (not self.plan.pieces[index].makes_reference, index))
-        for index in ready:
-            self._state[index].out = True
-        return [(index, self._state[index].request) for index in ready]
-
-    def finish_piece(self, index: int, chunks: list[np.ndarray]) -> FinishedPiece:
-        """A piece taken whole (take_pieces), all its chunks' codes in."""
-        piece, state = self.plan.pieces[index], self._state[index]
-        state.out = False
-        state.chunks = list(chunks)
-        if piece.makes_reference:
-            first_text = state.chunk_texts[0] if state.chunk_texts is not None else state.request.text
-            self._reference_made(piece, first_chunk_voice(state.chunks[0], first_text))
-        return self._finished(index)
 
     def _finished(self, index: int) -> FinishedPiece:
         piece, state = self.plan.pieces[index], self._state[index]

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codes.common.errors import UserError
+from codes.runtime.request import Voice
 from codes.runtime.script.text_input import check_name
-from codes.runtime.synthesis import Voice
 from codes.runtime.voice_design import resolve_instruct
 
 DEFAULT_SPEAKER = "default"  # the one speaker of a script declared without any: an auto voice

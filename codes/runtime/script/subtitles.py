@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, replace
 
 from codes.common.errors import UserError
-from codes.runtime.script.model import Script, Segment, pace_warning
+from codes.runtime.script.segments import Script, Segment, pace_warning
 from codes.runtime.script.text_input import SpeakerNames, decode
 
 OVERLAPS = ("error", "trim", "mix")

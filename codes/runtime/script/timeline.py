@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from codes.runtime.request import Voice
 from codes.runtime.script.plan import ScriptPlan
-from codes.runtime.synthesis import Voice
 
 
 @dataclass(frozen=True)

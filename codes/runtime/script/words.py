@@ -27,9 +27,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from codes.runtime.request import Request
 from codes.runtime.script.plan import Piece, ScriptPlan, settle_piece
 from codes.runtime.script.timeline import Caption, RenderedScript
-from codes.runtime.synthesis import Request
 
 
 def spoken_request(tts, plan: ScriptPlan, piece: Piece) -> Request:

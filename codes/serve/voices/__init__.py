@@ -1,4 +1,4 @@
-"""Voices for every door, one module per job; none of them knows the server's state (codes/serve/state.py),
+"""Voices for every door, one module per job; none of them knows the server's state (codes/serve/core/state.py),
 each takes what it needs: the loaded model as `pins.PinEngine`, the voices folder, the limits.
 
 - `book`: the names (OpenAI's built-in design voices, saved voices on disk, imported ones) and the saved

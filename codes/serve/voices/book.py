@@ -18,7 +18,7 @@ from typing import Protocol
 
 from codes.common.errors import UserError
 from codes.runtime.prompt_file import MAX_FILE_BYTES
-from codes.runtime.synthesis import Voice
+from codes.runtime.request import Voice
 from codes.runtime.voice_design import resolve_instruct
 
 # OpenAI's voice names -> voice-design instructs (items from codes/runtime/data/instruct.json).
@@ -41,12 +41,18 @@ DESIGN_VOICES = {
 # the longest that fits its seconds, at that pace, so a reply cloning it is given its usual length.
 LOCK_FILE = ".lock"  # in the voices folder: held while a save counts the saved voices and adds one
 SAVED_SUFFIXES = (".npz", ".pt")  # ours, then upstream's; a save writes .npz
-_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+MAX_ID_CHARS = 64
+_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,%d}" % (MAX_ID_CHARS - 1))
+
+
+def asked_id(text: str) -> str:
+    """A voice name as a client sent it, cut to the longest any id can be: what a door looks up or reports."""
+    return str(text)[:MAX_ID_CHARS]
 
 
 def voice_id(name: str) -> str:
-    """A saved voice's id from a user-given name: lower case, [a-z0-9_-] only, at most 64 characters."""
-    cleaned = re.sub(r"[^a-z0-9_-]+", "-", (name or "").strip().lower()).strip("-_")[:64]
+    """A saved voice's id from a user-given name: lower case, [a-z0-9_-] only, at most MAX_ID_CHARS characters."""
+    cleaned = re.sub(r"[^a-z0-9_-]+", "-", (name or "").strip().lower()).strip("-_")[:MAX_ID_CHARS]
     if not cleaned or not _ID.fullmatch(cleaned):
         raise UserError(f"voice name {name!r} has no usable characters; use letters, digits, '-' or '_'")
     if cleaned in DESIGN_VOICES:

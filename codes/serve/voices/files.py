@@ -34,11 +34,11 @@ from codes.common.fileio import write_json_atomic
 from codes.runtime import audio
 from codes.runtime.engine import QueueFull
 from codes.runtime.prompt_file import MAX_FILE_BYTES
+from codes.runtime.request import Voice
 from codes.runtime.specs import FRAME_RATE
-from codes.runtime.synthesis import Voice
 from codes.runtime.voice_design import LANGUAGE_IDS, resolve_instruct
-from codes.serve.errors import RequestError
-from codes.serve.limits import Limits, flag
+from codes.serve.edge.errors import RequestError
+from codes.serve.edge.limits import Limits, flag
 from codes.serve.voices.book import ImportedVoice, VoiceBook, voice_id
 from codes.serve.voices.pins import PinEngine
 from codes.serve.voices.resolver import UnknownVoice, Voices

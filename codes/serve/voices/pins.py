@@ -29,9 +29,10 @@ from codes.common.fileio import write_json_atomic
 from codes.runtime.decoding import RandomNoise
 from codes.runtime.duration import paced_frames
 from codes.runtime.engine import WorkItem
+from codes.runtime.request import Request, Voice
 from codes.runtime.settings import GenerationSettings
 from codes.runtime.specs import FRAME_RATE
-from codes.runtime.synthesis import OmniVoiceOnnx, Request, Voice
+from codes.runtime.synthesis import OmniVoiceOnnx
 
 logger = logging.getLogger("omnivoice.serve")
 
@@ -47,7 +48,7 @@ PIN_FOLDER = "pinned"
 
 
 class PinEngine(Protocol):
-    """What pinning needs of the loaded model (codes/serve/loaded_model.py LoadedModel): its TTS to settle
+    """What pinning needs of the loaded model (codes/serve/core/loaded_model.py LoadedModel): its TTS to settle
     the pin's sentence, and the step engine to run that sentence and to cancel it; and what an imported
     clip needs: the codec's pool, where it is encoded."""
 

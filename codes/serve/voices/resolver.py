@@ -10,7 +10,7 @@ from typing import Protocol
 
 from codes.common.errors import UserError
 from codes.runtime.reference import trim_voice
-from codes.runtime.synthesis import Voice
+from codes.runtime.request import Voice
 from codes.runtime.text import contains_chinese
 from codes.runtime.voice_design import resolve_instruct
 from codes.serve.voices.book import DESIGN_VOICES, VoiceBook

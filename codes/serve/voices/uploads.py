@@ -4,7 +4,7 @@ folder's lock; and a speech request's one-off clone (`ref_audio`), encoded the s
 A clip's length comes from its header (codes/runtime/audio.py read_clip), refused before it is decoded.
 A clip without its transcript is transcribed by the build's recogniser (OmniVoiceOnnx.create_voice) in the same
 executor call that encodes it, so the same slot, limits and deadline hold; a build without one refuses it first.
-Admission (a slot, like a speech request's) is the caller's: codes/serve/lifecycle.py save_voice."""
+Admission (a slot, like a speech request's) is the caller's: codes/serve/core/lifecycle.py save_voice."""
 
 from __future__ import annotations
 
@@ -17,15 +17,30 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.runtime import audio
-from codes.runtime.synthesis import NO_RECOGNISER, Voice, needs_transcript
-from codes.serve.errors import RequestError
-from codes.serve.limits import Limits, flag
-from codes.serve.params import check_transcript
+from codes.runtime.request import NO_RECOGNISER, Voice, needs_transcript
+from codes.serve.edge.errors import RequestError
+from codes.serve.edge.limits import Limits, flag
 from codes.serve.voices.book import TooManyVoices, VoiceBook, VoiceExists, voice_id
 from codes.serve.voices.files import is_voice_file_name, read_voice_file
 from codes.serve.voices.pins import PinEngine
 
 logger = logging.getLogger("omnivoice.serve")
+
+
+def check_transcript(text: str, limits: Limits, param: str) -> str:
+    """A clone clip's transcript within --max-transcript-chars (an upload's, or a speech request's ref_text)."""
+    if len(text) > limits.max_transcript_chars:
+        raise RequestError(400, f"the transcript is {len(text)} characters; the limit is {limits.max_transcript_chars} "
+                                f"({flag('max_transcript_chars')})", param, "transcript_too_long")
+    return text
+
+
+def check_upload_size(size: int, limits: Limits, param: str = "file") -> None:
+    """The one upload cap, --max-upload-bytes, for every door (HTTP's guard cuts the body at the same bound
+    as it streams in, before anything is read whole)."""
+    if size > limits.max_upload_bytes:
+        raise RequestError(413, f"the upload is over {limits.max_upload_bytes} bytes ({flag('max_upload_bytes')}); "
+                                "a clone prompt needs only a few seconds: trim it", param, "upload_too_large")
 
 
 def _clip_samples(data: bytes, limits: Limits, param: str) -> tuple[np.ndarray, int]:
@@ -111,13 +126,15 @@ async def save_upload(model: PinEngine, book: VoiceBook, limits: Limits, read, t
         raise _voice_exists(vid)
     if len(await loop.run_in_executor(None, book.saved_ids)) >= limits.max_voices:
         raise _too_many_voices(limits)
+    data = await read()
+    check_upload_size(len(data), limits)
     if voice_file:
         try:
-            voice = await loop.run_in_executor(None, read_voice_file, await read(), vid, limits)
+            voice = await loop.run_in_executor(None, read_voice_file, data, vid, limits)
         except UserError as exc:
             raise RequestError(400, str(exc), "file", "unreadable_voice") from None
     else:
-        voice = await encode_clip(model, await read(), transcript, limits)
+        voice = await encode_clip(model, data, transcript, limits)
     try:  # counted again under the folder's lock: uploads that were decoded at once all passed the count above
         await loop.run_in_executor(None, book.save, vid, voice, limits.max_voices)
     except VoiceExists:
