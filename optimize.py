@@ -5,6 +5,7 @@
   python optimize.py --model /path/to/OmniVoice --device cpu_fp32 --include-higgs
   python optimize.py --model k2-fsa/OmniVoice --higgs-only --output models/higgs-fp16
   python optimize.py --model /path/to/OmniVoice --device cpu_int8 --include-asr   # + Whisper, to clone from a clip alone
+  python optimize.py --model /path/to/OmniVoice --device cpu_int8 --include-aligner --aligner-model openai/whisper-base
   python optimize.py --model k2-fsa/OmniVoice --lora exp/omnivoice_lora/checkpoint-500 --device cpu_int8   # fine-tuned
 
 Every quantized build prints its fidelity against upstream fp32 and records it in the manifest
@@ -17,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from codes.export.asr_build import DEFAULT_ASR_MODEL, PRECISIONS as ASR_PRECISIONS
+from codes.export.asr_build import DEFAULT_ASR_MODEL, PRECISIONS as ASR_PRECISIONS, parse_heads
 from codes.export.checkpoint import DEFAULT_HUB_ID
 from codes.common.errors import run_cli
 from codes.common.quiet import set_verbose
@@ -50,6 +51,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--asr-precision", choices=ASR_PRECISIONS,
                         help="recogniser precision (default: the profile's: int8 on the CPU profiles, fp32 for "
                              "cpu_fp32, fp16 for gpu)")
+    parser.add_argument("--include-aligner", action="store_true",
+                        help="also build an aligner (a Whisper that times words) into <output>/aligner, which word "
+                             "timings use instead of the recogniser")
+    parser.add_argument("--aligner-model",
+                        help="the aligner's Whisper checkpoint: a folder, a hub id already in the local Hugging Face "
+                             "cache, or tiny-whisper; base or small for speed (docs/build.md)")
+    parser.add_argument("--aligner-precision", choices=ASR_PRECISIONS, default="fp32",
+                        help="aligner precision (default: %(default)s, whose word times equal openai-whisper's)")
+    parser.add_argument("--aligner-heads", type=parse_heads,
+                        help="the aligner's alignment heads as LAYER:HEAD pairs, for a checkpoint whose "
+                             "generation_config names none")
     parser.add_argument("--lora", type=Path,
                         help="a LoRA adapter folder from upstream's fine-tuning (adapter_config.json, "
                              "adapter_model.safetensors), merged into --model before export")
@@ -70,7 +82,8 @@ def main(argv=None) -> int:
                            llm_export=args.llm_export, include_higgs=args.include_higgs, higgs_only=args.higgs_only,
                            higgs_precision=args.higgs_precision, include_asr=args.include_asr, asr_only=args.asr_only,
                            asr_model=args.asr_model, asr_precision=args.asr_precision, overwrite=args.overwrite,
-                           lora=args.lora)
+                           lora=args.lora, include_aligner=args.include_aligner, aligner_model=args.aligner_model,
+                           aligner_precision=args.aligner_precision, aligner_heads=args.aligner_heads)
     resolve_inputs(request, args.model)
     build(request)
     total = sum(request.timings.values())

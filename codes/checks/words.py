@@ -29,8 +29,8 @@ def text_for(seconds: float) -> str:
     return " ".join(WORDS[i % len(WORDS)] for i in range(count))
 
 
-class TimedRecogniser:
-    """A Recogniser whose encoder and alignment-decoder calls are timed (seconds, summed per stage)."""
+class TimedAligner:
+    """An Aligner whose encoder and alignment-decoder calls are timed (seconds, summed per stage)."""
 
     def __init__(self, recogniser):
         self.recogniser, self.seconds = recogniser, {"encoder": 0.0, "decoder": 0.0}
@@ -61,12 +61,12 @@ def alignment_costs(folders: list[Path], threads: int, seconds: tuple[float, ...
     """Median timings of aligning each clip length with each recogniser (after a warm-up), with the encoder's
     and decoder's parts. The recognisers and clips take turns in every round, so a busy spell of the machine
     falls on all of them alike."""
-    from codes.runtime.asr import Recogniser
+    from codes.runtime.aligner import Aligner
 
     timed, load_s = [], []
     for folder in folders:
         start = time.perf_counter()
-        timed.append(TimedRecogniser(Recogniser(folder, threads=threads)))
+        timed.append(TimedAligner(Aligner(folder, threads=threads)))
         load_s.append(time.perf_counter() - start)
         timed[-1].align(speech_like_signal(1.0, 24000, 99), 24000, "Warm up.", "en")
     clips = [(speech_like_signal(length, 24000, seed=i + 1), text_for(length)) for i, length in enumerate(seconds)]
@@ -99,11 +99,11 @@ def exactness(folder: Path, source: Path, threads: int, log=print) -> list[dict]
     import torch
 
     from codes.checks.equiv_words import largest_time_difference, openai_whisper_model, reference_words
-    from codes.runtime.asr import Recogniser
+    from codes.runtime.aligner import Aligner
 
     torch.set_num_threads(threads)
     model = openai_whisper_model(source)
-    recogniser = Recogniser(folder, threads=threads)
+    recogniser = Aligner(folder, threads=threads)
     rows = []
     for language, seconds, seed in EXACTNESS_CLIPS:
         wav = speech_like_signal(seconds, 16000, seed)
@@ -149,7 +149,7 @@ def page(report: dict) -> list[str]:
              f"The recognisers are built from `{'`, `'.join(sorted({c['source'] for c in report['costs']}))}` "
              "(`full-whisper`: whisper-large-v3-turbo's shapes and alignment heads, random weights). Each clip "
              "is speech-like "
-             f"noise with {WORDS_PER_SECOND:g} words of text a second, aligned by `Recogniser.aligned_windows` "
+             f"noise with {WORDS_PER_SECOND:g} words of text a second, aligned by `Aligner.aligned_windows` "
              "(median of the runs after a warm-up); encoder and decoder are the graphs' time, the rest is numpy "
              "(features, softmax, filter, DTW, words); load is the median 1-minute load average after the clip (2 "
              "is the benchmark's own 2 threads, more means other work shared the CPU). The recognisers and clips "

@@ -29,7 +29,7 @@ from codes.export.onnx_io import save_model
 from codes.export.tokenizer_build import write_json
 from codes.export.whisper_checkpoint import GENERATED, generated_whisper
 from codes.runtime.asr import ALIGNMENT_OUTPUT, FORMAT, MANIFEST_NAME
-from codes.runtime.specs import ASR_DIR
+from codes.runtime.specs import ALIGNER_DIR, ASR_DIR
 
 DEFAULT_ASR_MODEL = "openai/whisper-large-v3-turbo"
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -203,20 +203,37 @@ def restore_attention_bias(graph):
     return graph
 
 
-def alignment_heads(folder: Path, config: dict) -> tuple[list[list[int]], str]:
-    """The decoder's alignment heads as sorted [layer, head] pairs, and where they came from: the
-    checkpoint's generation_config.alignment_heads, else openai-whisper's default (every head of the
-    last half of the decoder layers, what `Whisper.__init__` sets before `set_alignment_heads`)."""
+def parse_heads(text: str) -> list[list[int]]:
+    """--aligner-heads "LAYER:HEAD,LAYER:HEAD,...": alignment heads as [layer, head] pairs."""
+    try:
+        pairs = [[int(n) for n in pair.split(":")] for pair in text.replace(" ", "").split(",") if pair]
+    except ValueError:
+        pairs = []
+    if not pairs or any(len(pair) != 2 for pair in pairs):
+        raise UserError(f"--aligner-heads {text!r}: give LAYER:HEAD pairs, comma-separated (e.g. 3:1,4:2,4:3)")
+    return pairs
+
+
+def alignment_heads(folder: Path, config: dict, given: list[list[int]] | None = None,
+                    required: bool = False) -> tuple[list[list[int]], str]:
+    """The decoder's alignment heads as sorted [layer, head] pairs, and where they came from: `given`
+    (--aligner-heads), else the checkpoint's generation_config.alignment_heads, else openai-whisper's
+    default (every head of the last half of the decoder layers, what `Whisper.__init__` sets before
+    `set_alignment_heads`), which an aligner refuses (`required`): its heads are what it times words by."""
     layers, heads = config["decoder_layers"], config["decoder_attention_heads"]
-    given = json.loads((folder / "generation_config.json").read_text()).get("alignment_heads")
+    source = "--aligner-heads" if given else "generation_config"
+    given = given or json.loads((folder / "generation_config.json").read_text()).get("alignment_heads")
+    if not given and required:
+        raise UserError(f"{folder} has no alignment heads (generation_config.json alignment_heads); pass "
+                        "--aligner-heads LAYER:HEAD,... (openai-whisper's whisper/__init__.py lists each model's)")
     if not given:
         return [[layer, head] for layer in range(layers // 2, layers) for head in range(heads)], "default"
     pairs = sorted({(int(layer), int(head)) for layer, head in given})
     bad = [pair for pair in pairs if not (0 <= pair[0] < layers and 0 <= pair[1] < heads)]
     if bad:
-        raise UserError(f"{folder}/generation_config.json: alignment head {list(bad[0])} is outside the decoder's "
-                        f"{layers} layers of {heads} heads; fix alignment_heads")
-    return [list(pair) for pair in pairs], "generation_config"
+        raise UserError(f"{source}: alignment head {list(bad[0])} of {folder} is outside the decoder's "
+                        f"{layers} layers of {heads} heads; fix the heads")
+    return [list(pair) for pair in pairs], source
 
 
 def add_alignment_output(graph, heads: list[list[int]], head_size: int):
@@ -279,8 +296,11 @@ def _entry(folder: Path, name: str) -> dict:
     return entry
 
 
-def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path | None = None) -> Path:
-    """Write `<output>/asr/` (two graphs, tokenizer.json, mel filters, asr_manifest.json); returns the folder."""
+def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path | None = None,
+              folder_name: str = ASR_DIR, heads: list[list[int]] | None = None) -> Path:
+    """Write `<output>/asr/` (two graphs, tokenizer.json, mel filters, asr_manifest.json); returns the folder.
+    folder_name ALIGNER_DIR: the same for an aligner, whose alignment heads must be known (`heads`, or the
+    checkpoint's)."""
     import numpy as np
     import onnx
 
@@ -291,7 +311,7 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
         raise UserError(f"ASR precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     folder = resolve_whisper(model)
     settings, arrays = pipeline_generation(folder)
-    asr_dir = Path(output) / ASR_DIR
+    asr_dir = Path(output) / folder_name
     work = Path(work_dir) if work_dir else Path(output) / ".asr-work"
     shutil.rmtree(work, ignore_errors=True)
     asr_dir.mkdir(parents=True, exist_ok=True)
@@ -299,7 +319,7 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
     genai_precision = "fp16" if precision == "fp16" else "fp32"
     encoder, decoder = build_genai_whisper(folder, work / "genai", genai_precision)
     config = json.loads((folder / "config.json").read_text())
-    heads, heads_from = alignment_heads(folder, config)
+    heads, heads_from = alignment_heads(folder, config, heads, required=folder_name == ALIGNER_DIR)
     head_size = config["d_model"] // config["decoder_attention_heads"]
     for name, source in zip(GRAPH_FILES, (encoder, decoder)):
         graph = restore_attention_bias(onnx.load(str(source)))
@@ -347,6 +367,7 @@ PROBE_SCRIPT = ("import sys\n"
                 "from codes.common.errors import run_cli\n"
                 "from codes.runtime.asr import Recogniser\n"
                 "sys.exit(run_cli(lambda: Recogniser(sys.argv[1], sys.argv[2], check_hashes=False).probe()))\n")
+WHO = {ASR_DIR: ("the recogniser", "--asr-precision"), ALIGNER_DIR: ("the aligner", "--aligner-precision")}
 
 
 def probe_recogniser(asr_dir: Path, model: str, provider: str = "cpu") -> None:
@@ -363,30 +384,34 @@ def probe_recogniser(asr_dir: Path, model: str, provider: str = "cpu") -> None:
     else:
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         how = "failed: " + (lines[-1].removeprefix("error: ") if lines else f"exit {result.returncode}")
-    raise UserError(f"the recogniser built from {model} {how} on a first window, so nothing was installed; "
-                    "try another --asr-precision, or report the checkpoint")
+    who, flag = WHO[Path(asr_dir).name]
+    raise UserError(f"{who} built from {model} {how} on a first window, so nothing was installed; "
+                    f"try another {flag}, or report the checkpoint")
 
 
-def planned_files() -> list[str]:
-    """What a recogniser build may write, relative to the build folder (before building: for refusing early)."""
+def planned_files(folder_name: str = ASR_DIR) -> list[str]:
+    """What a recogniser (or aligner) build may write, relative to the build folder (before building: for
+    refusing early)."""
     names = [n for graph in GRAPH_FILES for n in (graph, f"{graph}.data")] + list(OTHER_FILES) + [MANIFEST_NAME]
-    return [f"{ASR_DIR}/{name}" for name in names]
+    return [f"{folder_name}/{name}" for name in names]
 
 
 def written_files(asr_dir: Path) -> list[str]:
-    """What a recogniser build wrote, relative to the build folder (for the main build's file list)."""
+    """What a recogniser (or aligner) build wrote, relative to the build folder (for the main build's file list)."""
     manifest = json.loads((Path(asr_dir) / MANIFEST_NAME).read_text())
     names = [name for entry in (*manifest["graphs"].values(), *manifest["files"].values())
              for name in (entry["file"], entry.get("data")) if name]
-    return [f"{ASR_DIR}/{name}" for name in names] + [f"{ASR_DIR}/{MANIFEST_NAME}"]
+    folder_name = Path(asr_dir).name
+    return [f"{folder_name}/{name}" for name in names] + [f"{folder_name}/{MANIFEST_NAME}"]
 
 
 def manifest_section(asr_dir: Path) -> dict:
-    """The main manifest's `asr` entry: where the recogniser is and what it is."""
+    """The main manifest's `asr` (or `aligner`) entry: where the folder is and what it is."""
     asr_dir = Path(asr_dir)
     manifest = json.loads((asr_dir / MANIFEST_NAME).read_text())
-    return {"models_dir": ASR_DIR, "manifest": MANIFEST_NAME, "manifest_sha256": sha256_file(asr_dir / MANIFEST_NAME),
-            "precision": manifest["precision"], "source": manifest["source"]}
+    return {"models_dir": asr_dir.name, "manifest": MANIFEST_NAME,
+            "manifest_sha256": sha256_file(asr_dir / MANIFEST_NAME), "precision": manifest["precision"],
+            "source": manifest["source"], "heads": manifest.get("alignment", {}).get("heads")}
 
 
 # The recogniser's precision per build profile (bench/asr_results.md): int8 on every CPU profile but the

@@ -1,7 +1,7 @@
 """One build: checkpoint -> ONNX graphs -> manifest, owning exactly the files it writes.
 
 A build has up to three parts: the backbone (the step's graphs and the tokenizer), the Higgs
-codec (audio_tokenizer/) and the recogniser (asr/); the codec and the recogniser carry manifests
+codec (audio_tokenizer/), the recogniser (asr/) and the aligner (aligner/); each but the backbone carries a manifest
 of their own. The build is staged in full beside the output, then its files are moved into place
 with the manifests last. Rebuilding replaces only a previous build's own files (those its
 manifests list) of the parts it rebuilds: nested builds, the user's files and the parts not
@@ -43,13 +43,14 @@ LLM_EXPORTS = ("genai", "torch")
 GQA_HEAD_SIZE_MULTIPLE = 16
 CODEC_MANIFEST = f"{specs.HIGGS_DIR}/{MANIFEST_NAME}"
 ASR_MANIFEST = f"{specs.ASR_DIR}/{ASR_MANIFEST_NAME}"
-PARTS = ("backbone", "codec", "asr")
+ALIGNER_MANIFEST = f"{specs.ALIGNER_DIR}/{ASR_MANIFEST_NAME}"
+PARTS = ("backbone", "codec", "asr", "aligner")
 
 
 def part_of(name: str) -> str:
     """Which part of a build a file (relative to the build folder) belongs to."""
     folder = name.split("/", 1)[0] if "/" in name else None
-    return {specs.HIGGS_DIR: "codec", specs.ASR_DIR: "asr"}.get(folder, "backbone")
+    return {specs.HIGGS_DIR: "codec", specs.ASR_DIR: "asr", specs.ALIGNER_DIR: "aligner"}.get(folder, "backbone")
 
 
 @dataclass
@@ -65,6 +66,10 @@ class BuildRequest:
     asr_only: bool = False
     asr_model: str = asr_build.DEFAULT_ASR_MODEL
     asr_precision: str | None = None  # None: the profile's (asr_build.profile_precision)
+    include_aligner: bool = False
+    aligner_model: str | None = None
+    aligner_precision: str = "fp32"  # word times equal openai-whisper's in fp32 (bench/words_results.md)
+    aligner_heads: list | None = None  # [layer, head] pairs, where the checkpoint names none
     overwrite: bool = False
     lora: Path | None = None  # a PEFT LoRA adapter merged into the checkpoint before export (export/lora.py)
     log: object = print
@@ -83,7 +88,8 @@ class BuildRequest:
         return self.include_asr or self.asr_only
 
     def rebuilds(self, part: str) -> bool:
-        return {"backbone": self.builds_backbone, "codec": self.builds_codec, "asr": self.builds_asr}[part]
+        return {"backbone": self.builds_backbone, "codec": self.builds_codec, "asr": self.builds_asr,
+                "aligner": self.include_aligner}[part]
 
     @property
     def codec_precision(self) -> str:
@@ -98,7 +104,8 @@ class BuildRequest:
         if self.builds_backbone:
             return self.profile.name
         parts = ([f"codec {self.codec_precision}"] * self.builds_codec
-                 + [f"recogniser {self.recogniser_precision}"] * self.builds_asr)
+                 + [f"recogniser {self.recogniser_precision}"] * self.builds_asr
+                 + [f"aligner {self.aligner_precision}"] * self.include_aligner)
         return " and ".join(parts) + " only"
 
 
@@ -110,6 +117,16 @@ def resolve_inputs(request: BuildRequest, model: str) -> None:
 
     if request.builds_asr:
         asr_build.resolve_whisper(request.asr_model)
+    if request.include_aligner:
+        if request.aligner_model is None:
+            raise UserError("--include-aligner needs --aligner-model: a Whisper checkpoint (folder, hub id in the "
+                            "local cache, or tiny-whisper), base or small for speed (docs/build.md)")
+        if request.aligner_precision not in asr_build.PRECISIONS:
+            raise UserError(f"--aligner-precision {request.aligner_precision} is not one of "
+                            f"{', '.join(asr_build.PRECISIONS)}")
+        folder = asr_build.resolve_whisper(request.aligner_model)
+        config = json.loads((folder / "config.json").read_text())
+        asr_build.alignment_heads(folder, config, request.aligner_heads, required=True)  # refused before any work
     if request.builds_backbone or request.builds_codec:
         request.checkpoint = resolve_checkpoint(model, need_backbone=request.builds_backbone,
                                                 need_higgs=request.builds_codec)
@@ -132,12 +149,14 @@ class Previous:
     top: dict | None = None  # the build's manifest, if it is ours
     codec: dict | None = None  # audio_tokenizer/'s own manifest, if it is ours
     asr: dict | None = None  # asr/'s own manifest, if it is ours
+    aligner: dict | None = None  # aligner/'s own manifest, if it is ours
     owned: set = field(default_factory=set)
 
     @classmethod
     def read(cls, output: Path) -> Previous:
         previous = cls(top=_our_manifest(output / MANIFEST_NAME), codec=_our_manifest(output / CODEC_MANIFEST),
-                       asr=_our_manifest(output / ASR_MANIFEST, ASR_FORMAT))
+                       asr=_our_manifest(output / ASR_MANIFEST, ASR_FORMAT),
+                       aligner=_our_manifest(output / ALIGNER_MANIFEST, ASR_FORMAT))
         if previous.top is not None:
             previous.owned |= {MANIFEST_NAME, *previous.top.get("files", {})}
         if previous.codec is not None and previous.codec.get("kind") == CODEC_KIND:
@@ -146,6 +165,8 @@ class Previous:
             previous.codec = None
         if previous.asr is not None:
             previous.owned |= set(asr_build.written_files(output / specs.ASR_DIR))
+        if previous.aligner is not None:
+            previous.owned |= set(asr_build.written_files(output / specs.ALIGNER_DIR))
         return previous
 
 
@@ -197,13 +218,21 @@ def build(request: BuildRequest) -> Path:
             asr_section = asr_build.manifest_section(staging / specs.ASR_DIR)
         else:
             asr_section = asr_build.manifest_section(output / specs.ASR_DIR) if previous.asr else None
+        aligner_files = []
+        if request.include_aligner:
+            aligner_files = _build_aligner(request, staging, work)
+            aligner_section = asr_build.manifest_section(staging / specs.ALIGNER_DIR)
+        else:
+            aligner_section = asr_build.manifest_section(output / specs.ALIGNER_DIR) if previous.aligner else None
         body.update(_describe(request, profile))
-        for key in ("higgs_tokenizer", "asr"):
+        for key in ("higgs_tokenizer", "asr", "aligner"):
             body.pop(key, None)
         if codec_section is not None:
             body["higgs_tokenizer"] = {"models_dir": specs.HIGGS_DIR, **codec_section}
         if asr_section is not None:
             body["asr"] = asr_section
+        if aligner_section is not None:
+            body["aligner"] = aligner_section
         hashes = None  # a backbone build hashes what it wrote; a codec-only one keeps the backbone's hashes
         if not request.builds_backbone:
             kept = (previous.top or {}).get("files", {}) if body.get("backbone") else {}
@@ -212,7 +241,7 @@ def build(request: BuildRequest) -> Path:
         if request.builds_backbone and profile.quantized:  # measured on the staged build, then recorded
             body["fidelity"] = _timed(request, "fidelity", _fidelity, request, profile, staging)
             write_manifest(staging, body, backbone_files, json.loads((staging / MANIFEST_NAME).read_text())["files"])
-        written = backbone_files + codec_files + asr_files + [MANIFEST_NAME]
+        written = backbone_files + codec_files + asr_files + aligner_files + [MANIFEST_NAME]
         _check_collisions(output, written, previous, request.overwrite)
         _install(staging, output, written, _stale(previous, written, request))
     finally:
@@ -261,6 +290,8 @@ def _planned_files(request: BuildRequest) -> list[str]:
                   for n in (entry.spec.filename, entry.spec.filename + ".data")] + [CODEC_MANIFEST]
     if request.builds_asr:
         names += asr_build.planned_files()
+    if request.include_aligner:
+        names += asr_build.planned_files(specs.ALIGNER_DIR)
     return names
 
 
@@ -437,6 +468,15 @@ def _build_codec(request: BuildRequest, profile: Profile, staging: Path, work: P
     return [f"{specs.HIGGS_DIR}/{name}" for name in files] + [CODEC_MANIFEST]
 
 
+def _build_aligner(request: BuildRequest, staging: Path, work: Path) -> list[str]:
+    """The aligner folder (a Whisper that times words), staged with its own manifest and probed like the recogniser."""
+    aligner_dir = _timed(request, "aligner", asr_build.build_asr, request.aligner_model, staging,
+                         request.aligner_precision, work / "aligner", specs.ALIGNER_DIR, request.aligner_heads)
+    _timed(request, "aligner_probe", asr_build.probe_recogniser, aligner_dir, request.aligner_model,
+           "cuda" if request.profile.execution_provider == "CUDAExecutionProvider" else "cpu")
+    return asr_build.written_files(aligner_dir)
+
+
 def _build_asr(request: BuildRequest, staging: Path, work: Path) -> list[str]:
     """The recogniser folder, staged with its own manifest; returns its files relative to the build."""
     asr_dir = _timed(request, "asr", asr_build.build_asr, request.asr_model, staging, request.recogniser_precision,
@@ -512,7 +552,7 @@ def _describe(request: BuildRequest, profile: Profile) -> dict:
         describe.update({"profile": profile.name, "execution_provider": profile.execution_provider,
                          "build_seconds": dict(request.timings)})
     else:
-        for key, part in (("higgs", "codec"), ("asr", "asr")):
+        for key, part in (("higgs", "codec"), ("asr", "asr"), ("aligner", "aligner")):
             if key in request.timings:
                 describe[f"{part}_build_seconds"] = {key: request.timings[key]}
     return describe

@@ -1,5 +1,9 @@
 """Torch-free transcription of a reference clip, as upstream's transformers ASR pipeline does it.
 
+`WhisperModel` is a Whisper build's graphs, features and tokenizer, shared by the two jobs a Whisper does
+here: `Recogniser` transcribes (this module) and `Aligner` times the words of a known text
+(codes/runtime/aligner.py).
+
 Upstream (`OmniVoice.transcribe`) hands the prepared 24 kHz clip to
 `pipeline("automatic-speech-recognition", model=<Whisper>)` and strips the text. The pipeline
 resamples to 16 kHz with torchaudio, pads to 30 s and takes a log-mel spectrogram, detects the
@@ -20,9 +24,7 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.common.fileio import read_json_object, sha256_file
-from codes.runtime import alignment
 from codes.runtime.audio import resample, to_mono
-from codes.runtime.text_tokenizer import byte_alphabet
 
 MANIFEST_NAME = "asr_manifest.json"
 FORMAT = "omnivoice-onnx-asr"
@@ -30,7 +32,7 @@ NEG_LARGE = np.float32(-1.0e9)  # transformers' beam-search "never pick this" of
 TIMESTAMP_TEXT = re.compile(r"<\|(\d+\.\d+)\|>")  # WhisperTokenizer.decode drops these from the text
 ALIGNMENT_OUTPUT = "alignment_qk"  # the decoder's output word timings read (codes/export/asr_build.py)
 NO_ALIGNMENT = ("{folder} was built before word timings; rebuild the recogniser with optimize.py --include-asr "
-                "(or --asr-only) to align words")
+                "(or --asr-only), or build an aligner with --include-aligner, to align words")
 
 
 # ---------------------------------------------------------------- features
@@ -307,8 +309,11 @@ def _session(path: Path, provider: str, threads: int | None):
     return ort.InferenceSession(str(path), options, providers=providers)
 
 
-class Recogniser:
-    """Whisper in ONNX: `Recogniser(folder).transcribe(waveform, sample_rate)` is upstream's transcript."""
+class WhisperModel:
+    """A Whisper build (asr/ or aligner/: its manifest, graphs, tokenizer and mel filters), checked and loaded;
+    what transcribing and aligning share."""
+
+    REBUILD = "--include-asr"  # the optimize.py flag that builds this folder again
 
     def __init__(self, folder, provider: str = "cpu", threads: int | None = None, check_hashes: bool = True):
         from tokenizers import Tokenizer
@@ -325,9 +330,9 @@ class Recogniser:
                     continue
                 path = self.folder / entry[key]
                 if not path.is_file():
-                    raise UserError(f"{path} is missing; rebuild the recogniser with optimize.py --include-asr")
+                    raise UserError(f"{path} is missing; rebuild it with optimize.py {self.REBUILD}")
                 if check_hashes and sha256_file(path) != entry[f"{key}_sha256" if key == "data" else "sha256"]:
-                    raise UserError(f"{path} does not match its sha256 in {MANIFEST_NAME}; rebuild with --include-asr")
+                    raise UserError(f"{path} does not match its sha256 in {MANIFEST_NAME}; rebuild with {self.REBUILD}")
         self.features = manifest["features"]
         self.generation = manifest["generation"]
         self.model = manifest["model"]
@@ -341,7 +346,6 @@ class Recogniser:
         self.decoder = _session(self.folder / manifest["graphs"]["decoder"]["file"], provider, threads)
         self.float_type = np.float16 if manifest["io_dtype"] == "float16" else np.float32
         self.last_token_count = 0
-        self._token_bytes: dict[int, bytes] | None = None  # built on the first alignment
 
     # -- steps, each as the pipeline takes it
 
@@ -358,18 +362,6 @@ class Recogniser:
         if not np.isfinite(wav).all():
             raise UserError("the clip holds NaN or infinite samples; pass a clean waveform")
         return resample(wav, int(sample_rate), self.features["sampling_rate"])
-
-    def features_of(self, waveform: np.ndarray, sample_rate: int) -> np.ndarray:
-        """Resampled and log-mel'd as the pipeline does: [n_mels, frames] of one 30 s window."""
-        rate = self.features["sampling_rate"]
-        wav = self.waveform_16k(waveform, sample_rate)
-        if len(wav) > self.features["n_samples"]:
-            seconds = len(wav) / rate
-            raise UserError(f"the clip is {seconds:.1f} s; the recogniser takes at most "
-                            f"{self.features['n_samples'] / rate:.0f} s (upstream trims clips over 20 s first: "
-                            "prepare it with preprocess_prompt, or pass its transcript)")
-        return log_mel_features(wav, self.mel_filters, self.features["n_fft"], self.features["hop_length"],
-                                self.features["n_samples"])
 
     def _encode(self, segment: np.ndarray) -> dict:
         outputs = self.encoder.run(None, {"audio_features": segment[None].astype(self.float_type)})
@@ -396,6 +388,34 @@ class Recogniser:
             logits, _ = self._decode(np.array([[self.generation["decoder_start_token_id"]]]), self._empty_past(1), cross)
             tokens[tokens.index(None)] = detect_language(logits[0], self.generation["language_ids"])
         return tokens
+
+    @property
+    def has_alignment(self) -> bool:
+        """Whether the build wrote what alignment reads (the decoder's alignment output and its heads)."""
+        return "alignment" in self.manifest
+
+    def alignment_logits(self, cross: dict, sequence_prefix: list[int], tokens: list[int]) -> np.ndarray:
+        """The alignment heads' cross-attention logits [heads, sequence, frames] for the whole sequence
+        [*sequence_prefix, *tokens, <|endoftext|>] (sequence_prefix: the sot_sequence, <|notimestamps|>)."""
+        sequence = np.array([[*sequence_prefix, *tokens, self.generation["eos_token_id"]]], np.int32)
+        feeds = {"input_ids": sequence, **self._empty_past(1), **cross}
+        return self.decoder.run([ALIGNMENT_OUTPUT], feeds)[0][0]
+
+
+class Recogniser(WhisperModel):
+    """Whisper in ONNX: `Recogniser(folder).transcribe(waveform, sample_rate)` is upstream's transcript."""
+
+    def features_of(self, waveform: np.ndarray, sample_rate: int) -> np.ndarray:
+        """Resampled and log-mel'd as the pipeline does: [n_mels, frames] of one 30 s window."""
+        rate = self.features["sampling_rate"]
+        wav = self.waveform_16k(waveform, sample_rate)
+        if len(wav) > self.features["n_samples"]:
+            seconds = len(wav) / rate
+            raise UserError(f"the clip is {seconds:.1f} s; the recogniser takes at most "
+                            f"{self.features['n_samples'] / rate:.0f} s (upstream trims clips over 20 s first: "
+                            "prepare it with preprocess_prompt, or pass its transcript)")
+        return log_mel_features(wav, self.mel_filters, self.features["n_fft"], self.features["hop_length"],
+                                self.features["n_samples"])
 
     def _max_length(self, prompt_len: int) -> int:
         """WhisperGenerationMixin._set_max_new_tokens_and_length, then generate()'s own length rule."""
@@ -492,194 +512,14 @@ class Recogniser:
         cross = self._encode(self.features_of(noise, rate))
         prompt = self.init_tokens(cross)
         self._decode(np.array([prompt]), self._empty_past(1), cross)
-        if self.has_word_timings:
-            self.alignment_logits(cross, prompt, self.text_tokens("probe", "en"))
+        if self.has_alignment:
+            eot = self.generation["eos_token_id"]
+            word = [t for t in self.tokenizer.encode(" probe", add_special_tokens=False).ids if t < eot]
+            self.alignment_logits(cross, prompt, word)
 
     def transcribe(self, waveform: np.ndarray, sample_rate: int) -> str:
         """The clip's text, as upstream's `transcribe((waveform, sample_rate))` returns it (stripped)."""
         return self.text_of(self.generate(self.features_of(waveform, sample_rate))).strip()
-
-    # -- word timings: the known text aligned to the audio, as openai-whisper's find_alignment does
-
-    @property
-    def has_word_timings(self) -> bool:
-        """Whether the build wrote what alignment reads (a recogniser built before word timings did not)."""
-        return "alignment" in self.manifest
-
-    def _alignment_section(self) -> dict:
-        if not self.has_word_timings:
-            raise UserError(NO_ALIGNMENT.format(folder=self.folder))
-        return self.manifest["alignment"]
-
-    def decode_bytes(self, tokens: list[int]) -> str:
-        """The tokens' text as openai-whisper's tiktoken decodes it: their bytes joined, then UTF-8 with
-        U+FFFD where a character is cut (where the word split looks)."""
-        if self._token_bytes is None:
-            self._token_bytes = token_bytes_table(self.tokenizer)
-        return b"".join(self._token_bytes[token] for token in tokens).decode("utf-8", errors="replace")
-
-    def knows_language(self, language: str) -> bool:
-        token = self.tokenizer.token_to_id(f"<|{language}|>")
-        return token is not None and token in self.generation["language_ids"]
-
-    def language_token(self, language: str | None) -> int | None:
-        """The language token of a Whisper language code; None stays None (detected from the audio)."""
-        if language is None:
-            return None
-        if not self.knows_language(language):
-            raise UserError(f"language {language!r} is not one of this recogniser's languages; pass a Whisper "
-                            "language code (en, zh, ja, ...) or None to detect it")
-        return self.tokenizer.token_to_id(f"<|{language}|>")
-
-    def text_tokens(self, text: str, language: str) -> list[int]:
-        """The text as the decoder reads it: whitespace collapsed, a leading space where words are spaced
-        (as Whisper writes its transcripts), special tokens (which nobody speaks) left out."""
-        text = " ".join(text.split())
-        if not text:
-            return []
-        if language not in alignment.UNSPACED_LANGUAGES:
-            text = " " + text
-        eot = self.generation["eos_token_id"]
-        return [t for t in self.tokenizer.encode(text, add_special_tokens=False).ids if t < eot]
-
-    def word_groups(self, tokens: list[int], language: str) -> list[alignment.TimedWord]:
-        """The words the tokens make once aligned (split, punctuation merged), without times."""
-        eot = self.generation["eos_token_id"]
-        words, word_tokens = alignment.split_to_word_tokens(tokens, language, self.decode_bytes, eot)
-        merged = alignment.merge_punctuations([alignment.TimedWord(w, t, 0.0, 0.0) for w, t in zip(words, word_tokens)])
-        return [word for word in merged if word.tokens]
-
-    def words_of(self, text: str, language: str) -> list[str]:
-        """The words `align` reports for `text` in `language`, without audio."""
-        groups = self.word_groups(self.text_tokens(text, language), language)
-        return [word.word.strip() for word in groups if word.word.strip()]
-
-    def alignment_logits(self, cross: dict, sequence_prefix: list[int], tokens: list[int]) -> np.ndarray:
-        """The alignment heads' cross-attention logits [heads, sequence, frames] for the whole sequence
-        [*sequence_prefix, *tokens, <|endoftext|>] (sequence_prefix: the sot_sequence, <|notimestamps|>)."""
-        sequence = np.array([[*sequence_prefix, *tokens, self.generation["eos_token_id"]]], np.int32)
-        feeds = {"input_ids": sequence, **self._empty_past(1), **cross}
-        return self.decoder.run([ALIGNMENT_OUTPUT], feeds)[0][0]
-
-    def sot_sequence(self, cross: dict, language: str | None) -> tuple[list[int], str]:
-        """The decoder's start tokens without <|notimestamps|> (openai-whisper's sot_sequence), the language
-        detected on `cross` when None, and the language code the words are split by."""
-        no_timestamps = self._alignment_section()["no_timestamps_token_id"]
-        init = self.generation["init_tokens"]
-        if None not in init:  # an English-only checkpoint has no language slot
-            return [t for t in init if t != no_timestamps], "en"
-        token = self.language_token(language)
-        tokens = self.init_tokens(cross) if token is None else [token if t is None else t for t in init]
-        return [t for t in tokens if t != no_timestamps], self.tokenizer.id_to_token(tokens[init.index(None)])[2:-2]
-
-    def aligned_windows(self, waveform: np.ndarray, sample_rate: int, text: str,
-                        language: str | None = None) -> list[AlignedWindow]:
-        """The text aligned window by window (docs/DESIGN.md §word-timings). A window starts where the last
-        one's words ended and reads at most 30 s and as many words as the decoder takes. When the rest of
-        the text may not fit it, a first pass (DTW free to end on any token at the window's last frame)
-        finds the words its audio holds, and the window ends where the first word it does not hold starts.
-        Each window's words are then find_alignment's over its own tokens and frames."""
-        section = self._alignment_section()
-        wav = self.waveform_16k(waveform, sample_rate, purpose="align")
-        rate, hop, window_samples = self.features["sampling_rate"], self.features["hop_length"], self.features["n_samples"]
-        content = len(wav) // hop  # the clip's mel frames (openai-whisper's content_frames)
-        if content < 2:
-            raise UserError(f"the audio is {len(wav) / rate * 1000:.0f} ms long; aligning words needs at least 20 ms")
-        if not any(ch.isalnum() for ch in text):
-            return []
-        # log_mel_spectrogram(audio, padding=N_SAMPLES), as openai-whisper's transcribe: one peak for the clip
-        mel = log_mel(np.concatenate([wav, np.zeros(window_samples, np.float32)]), self.mel_filters,
-                      self.features["n_fft"], hop)
-        window_frames = window_samples // hop
-        windows: list[AlignedWindow] = []
-        groups, seek = None, 0
-        while groups is None or groups:
-            frames = min(window_frames, content - seek)
-            segment = np.zeros((mel.shape[0], window_frames), np.float32)  # pad_or_trim: zeros past the audio
-            segment[:, :frames] = mel[:, seek : seek + frames]
-            cross = self._encode(segment)
-            if groups is None:  # the language is detected once, on the first window, as generate() does
-                sot, code = self.sot_sequence(cross, language)
-                groups = self.word_groups(self.text_tokens(text, code), code)
-                if not groups:
-                    return []
-                prefix = [*sot, section["no_timestamps_token_id"]]
-                budget = self.model["max_target_positions"] - len(prefix) - 1
-            count, taken = 0, 0
-            while count < len(groups) and taken + len(groups[count].tokens) <= budget:
-                taken += len(groups[count].tokens)
-                count += 1
-            if count == 0:
-                raise UserError(f"a word of the text takes more than the decoder's {budget} tokens; it cannot be aligned")
-            if count < len(groups) or seek + frames < content:
-                count, frames = self._first_pass(cross, prefix, groups[:count], frames, len(sot), count < len(groups))
-            tokens = [t for group in groups[:count] for t in group.tokens]
-            timed = alignment.find_alignment(self.alignment_logits(cross, prefix, tokens), tokens, frames, len(sot),
-                                             code, self.decode_bytes, self.generation["eos_token_id"])
-            offset = seek * hop / rate
-            words = [{"word": w.word.strip(), "start": round(offset + w.start, 3), "end": round(offset + w.end, 3)}
-                     for w in alignment.merge_punctuations(timed) if w.word.strip()]
-            windows.append(AlignedWindow(seek, frames, tokens, words, code))
-            groups, seek = groups[count:], seek + frames
-            if groups and content - seek < 2:  # the audio ran out before the text: the rest sits at its end
-                end = round(content * hop / rate, 3)
-                rest = [{"word": w.word.strip(), "start": end, "end": end} for w in groups if w.word.strip()]
-                windows.append(AlignedWindow(seek, 0, [t for g in groups for t in g.tokens], rest, code))
-                break
-        return windows
-
-    def _first_pass(self, cross: dict, prefix: list[int], groups: list[alignment.TimedWord], frames: int,
-                    prefix_rows: int, more_text: bool) -> tuple[int, int]:
-        """How many of `groups` a window of `frames` mel frames holds (at least one), and the mel frame where
-        the first it does not hold starts, where the window ends (its whole length when it holds the rest
-        of the text: what audio follows the last word is its pause)."""
-        tokens = [t for group in groups for t in group.tokens]
-        matrix = alignment.alignment_matrix(self.alignment_logits(cross, prefix, tokens), frames, prefix_rows)
-        text_indices, time_indices = alignment.dtw_open_end(-matrix)
-        row_starts = alignment.jump_times(text_indices, time_indices)  # row r reads token r (row 0: notimestamps)
-        last_row = int(text_indices[-1])
-        boundaries = np.cumsum([0] + [len(group.tokens) for group in groups])
-        held = int(np.sum(boundaries[1:] <= last_row))  # words whose end (the next row's start) it reached
-        if held == 0 or (held == len(groups) and not more_text):
-            return max(held, 1), frames
-        cut = int(round(row_starts[boundaries[held]] * alignment.TOKENS_PER_SECOND)) * 2
-        return held, cut if cut >= 2 else frames
-
-    def align(self, waveform: np.ndarray, sample_rate: int, text: str, language: str | None = None,
-              written: str | None = None) -> list[dict]:
-        """[{"word", "start", "end"}] for the known `text` spoken in the clip, in seconds from its start, timed
-        as openai-whisper's find_alignment (then merge_punctuations) times them, for a clip of any length.
-
-        language: a Whisper language code (words split on spaces, or by character for zh, ja, th, lo, my,
-        yue); None detects it on the first window. written: the text as written where `text` is how it was
-        spoken (normalize_text's output); spoken words matching written ones one to one are reported as
-        written. Text with nothing to align gives []; an empty clip is a UserError. Thread-safe (no state
-        but caches), so a server may call it from its executor's threads."""
-        windows = self.aligned_windows(waveform, sample_rate, text, language)
-        words = [word for window in windows for word in window.words]
-        if written is not None and written != text and words:
-            code = windows[0].language
-            labels = alignment.written_forms([w["word"] for w in words], self.words_of(written, code))
-            words = [{**w, "word": label} for w, label in zip(words, labels)]
-        return words
-
-
-@dataclass
-class AlignedWindow:
-    """One window of an alignment: where it starts, how much audio and which tokens it read, its words."""
-    seek: int  # its first mel frame (10 ms) in the clip
-    num_frames: int  # the mel frames its alignment reads (find_alignment's num_frames)
-    tokens: list[int]  # its text tokens
-    words: list[dict]  # [{"word", "start", "end"}], seconds from the clip's start
-    language: str  # the Whisper language code its words were split by
-
-
-def token_bytes_table(tokenizer) -> dict[int, bytes]:
-    """Each token id's bytes: byte-level BPE pieces through GPT-2's byte alphabet, added tokens as their text."""
-    to_byte = {char: byte for byte, char in enumerate(byte_alphabet())}
-    added = {token_id: token.content for token_id, token in tokenizer.get_added_tokens_decoder().items()}
-    return {token_id: added[token_id].encode() if token_id in added else bytes(to_byte[c] for c in piece)
-            for piece, token_id in tokenizer.get_vocab(with_added_tokens=True).items()}
 
 
 def read_asr_manifest(folder) -> dict:

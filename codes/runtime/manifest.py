@@ -103,19 +103,31 @@ class Manifest:
             raise UserError(f"{codec.folder} is not a codec build; rebuild it with optimize.py --higgs-only")
         return codec.codec()
 
+    @property
+    def aligner(self) -> dict | None:
+        """The aligner section (optimize.py --include-aligner), if the folder holds one."""
+        return self.data.get("aligner")
+
     def recogniser(self) -> Path:
         """The recogniser's folder, its manifest checked against the sha256 this manifest recorded (the
         recogniser checks its own files' hashes when it loads)."""
         if not self.asr:
             raise UserError(f"{self.folder} holds no recogniser: build one with `python optimize.py --include-asr` "
                             "(or --asr-only), or point at a build holding one with --asr_dir")
-        folder = self.folder / self.asr["models_dir"]
-        path = folder / self.asr["manifest"]
+        return self._whisper_folder(self.asr, "--include-asr")
+
+    def aligner_folder(self) -> Path:
+        """The aligner's folder, checked as the recogniser's is."""
+        return self._whisper_folder(self.aligner, "--include-aligner")
+
+    def _whisper_folder(self, section: dict, flag: str) -> Path:
+        folder = self.folder / section["models_dir"]
+        path = folder / section["manifest"]
         if not path.is_file():
             raise UserError(f"{self.folder} is missing {path.relative_to(self.folder)}, which its manifest lists; "
-                            "re-copy the folder or rebuild it with optimize.py --include-asr")
-        if sha256_file(path) != self.asr["manifest_sha256"]:
-            raise UserError(f"{path} does not match its sha256 in {MANIFEST_NAME}; rebuild with optimize.py --include-asr")
+                            f"re-copy the folder or rebuild it with optimize.py {flag}")
+        if sha256_file(path) != section["manifest_sha256"]:
+            raise UserError(f"{path} does not match its sha256 in {MANIFEST_NAME}; rebuild with optimize.py {flag}")
         return folder
 
     def identity(self) -> str:

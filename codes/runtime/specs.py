@@ -105,6 +105,8 @@ BACKBONE_SPECS = (EMBEDDINGS, BACKBONE, HEADS)
 HIGGS_DIR = "audio_tokenizer"
 # The recogniser (Whisper's encoder and decoder, codes/runtime/asr.py), beside it in a build.
 ASR_DIR = "asr"
+# The aligner (a Whisper that times words, often a small one: codes/runtime/aligner.py), beside it in a build.
+ALIGNER_DIR = "aligner"
 
 ACOUSTIC_ENCODER = SubModelSpec(
     key="acoustic_encoder",

@@ -41,6 +41,8 @@ STEPS = ("device", "graph", "numpy")
 # §step-on-device). On the CPU every tensor is on the host anyway, and numpy's maths on the cells it
 # needs costs least; on CUDA the step stays on the device.
 DEFAULT_STEP = {"cpu": "numpy", "cuda": "device"}
+
+
 class OmniVoiceOnnx:
     def __init__(self, model_dir: str | Path, higgs_dir: str | Path | None = None, provider: str | None = None,
                  threads: int | None = None, profile_dir: Path | None = None, backbone: str | Path | None = None,
@@ -98,6 +100,7 @@ class OmniVoiceOnnx:
             self.recogniser_dir()  # a wrong asr_dir fails here, not at the first clip without a transcript
         self._asr_provider = asr_provider
         self._recogniser = None
+        self._aligner = None
         self._recogniser_lock = threading.Lock()  # the server loads it from whichever pool thread asks first
         self.sample_rate = SAMPLE_RATE
 
@@ -146,16 +149,20 @@ class OmniVoiceOnnx:
                 self._recogniser = Recogniser(self.recogniser_dir(), provider=provider, threads=self.threads)
         return self._recogniser
 
-    # --- word timings: the recogniser aligns the text spoken to the audio made ------------------
+    # --- word timings: the aligner times the text spoken in the audio made --------------------
+
+    def aligner_dir(self) -> Path:
+        """What times words: the build's aligner (optimize.py --include-aligner), else its recogniser's folder."""
+        return self.manifest.aligner_folder() if self.manifest.aligner else self.recogniser_dir()
 
     @property
     def has_word_timings(self) -> bool:
-        """Whether align_words can run: the recogniser was built with what alignment reads (a recogniser
-        built before word timings still transcribes, but does not align)."""
-        if not self.has_recogniser:
+        """Whether align_words can run: the build has an aligner, or a recogniser built with what alignment
+        reads (a recogniser built before word timings still transcribes, but does not align)."""
+        if not (self.manifest.aligner or self.has_recogniser):
             return False
         try:
-            return "alignment" in read_asr_manifest(self.recogniser_dir())
+            return "alignment" in read_asr_manifest(self.aligner_dir())
         except UserError:
             return False
 
@@ -163,30 +170,51 @@ class OmniVoiceOnnx:
         """The one-line UserError align_words gives where it cannot run, for a caller to raise before any work."""
         if self.has_word_timings:
             return
-        if self.has_recogniser:
-            raise UserError(NO_ALIGNMENT.format(folder=self.recogniser_dir()))
-        raise UserError(f"{self.manifest.folder} has no recogniser, which word timings need: build one with "
-                        "`python optimize.py --include-asr` (or point asr_dir at a build holding one)")
+        if self.manifest.aligner or self.has_recogniser:
+            self.aligner_dir()  # a damaged aligner says so in its own words
+            raise UserError(NO_ALIGNMENT.format(folder=self.aligner_dir()))
+        raise UserError(f"{self.manifest.folder} has no aligner or recogniser, which word timings need: build one "
+                        "with `python optimize.py --include-aligner --aligner-model M` (or --include-asr)")
+
+    def load_aligner(self):
+        """The aligner (codes/runtime/aligner.py) over aligner_dir(), loaded and checked on the first call."""
+        with self._recogniser_lock:
+            if self._aligner is None:
+                from codes.runtime.aligner import Aligner
+
+                provider = self._asr_provider or self.provider
+                self._aligner = Aligner(self.aligner_dir(), provider=provider, threads=self.threads)
+        return self._aligner
+
+    def _aligned_language(self, aligner, language: str | None) -> str | None:
+        code = resolve_language(language)
+        return code if code is not None and aligner.knows_language(code) else None
 
     def align_words(self, wav_24k: np.ndarray, text: str, language: str | None = None,
                     written: str | None = None) -> list[dict]:
         """When each word of `text` is heard in `wav_24k` (24 kHz, as generate returns it):
-        [{"word", "start", "end"}] in seconds from the audio's start, by forced alignment with the build's
-        recogniser as openai-whisper times words (docs/DESIGN.md §word-timings).
+        [{"word", "start", "end"}] in seconds from the audio's start, by forced alignment as openai-whisper
+        times words (docs/DESIGN.md §word-timings), with the build's aligner (or its recogniser).
 
         text: what was spoken (after normalize_text, if it ran); written: the text before it, whose words are
         reported where they match the spoken ones one to one. language: as generate takes it (an id or a
         name; None, or one Whisper does not know, is detected from the audio). Tags such as [laughter] are
-        not words; text with nothing to align gives []. An empty waveform, or a build without a recogniser
-        built for word timings, is a UserError. Pure computation on ONNX Runtime sessions: a server calls it
-        from an executor thread, one chunk (its audio, text and language) at a time, and gets times
-        relative to that chunk."""
+        not words; text with nothing to align gives []. An empty waveform, or a build that cannot align,
+        is a UserError. Pure computation on ONNX Runtime sessions: a server calls it from an executor thread."""
+        return self.align_pieces([(wav_24k, text, language, written)])[0]
+
+    def align_pieces(self, pieces: Sequence[tuple]) -> list[list[dict]]:
+        """align_words for several pieces at once ((wav_24k, text, language, written) each), packed end to end
+        into shared 30 s windows (Aligner.align_pieces): each piece's words on its own time. A script's
+        captions and a stream's queued chunks pay one window per 30 s of speech, not one per piece."""
+        from codes.runtime.aligner import Piece
+
         self.check_word_timings()
-        recogniser = self.load_recogniser()
-        code = resolve_language(language)
-        code = code if code is not None and recogniser.knows_language(code) else None
-        return recogniser.align(wav_24k, SAMPLE_RATE, without_tags(text), code,
-                                None if written is None else without_tags(written))
+        aligner = self.load_aligner()
+        return aligner.align_pieces([
+            Piece(wav, SAMPLE_RATE, without_tags(text), self._aligned_language(aligner, language),
+                  None if written is None else without_tags(written))
+            for wav, text, language, written in pieces])
 
     # --- one step: embeddings -> backbone -> heads -> cell scores --------------------------------
 

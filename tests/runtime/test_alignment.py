@@ -1,7 +1,7 @@
 """Word timings equal openai-whisper's forced alignment (`whisper.timing.find_alignment`) on the same weights.
 
 Each small function of codes/runtime/alignment.py against its twin in openai-whisper, then whole clips:
-the recogniser built from the tiny random Whisper against openai-whisper's `Whisper` module loaded with
+the aligner built from the tiny random Whisper against openai-whisper's `Whisper` module loaded with
 the same checkpoint, for the same 16 kHz samples: the same words, and times within one 20 ms frame. The
 full-size check (turbo's shapes and heads) runs in bench/words_bench.py (bench/words_results.md).
 """
@@ -19,6 +19,7 @@ import pytest
 from codes.common.errors import UserError
 from codes.export.generated_higgs import speech_like_signal
 from codes.runtime import alignment
+from codes.runtime.aligner import Aligner
 from codes.runtime.asr import Recogniser
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -46,10 +47,11 @@ def whisper_folder():
 
 
 @pytest.fixture(scope="module")
-def recogniser(whisper_folder, tmp_path_factory):
+def aligner(whisper_folder, tmp_path_factory):
+    """The recogniser's folder (asr/) aligned by an Aligner, as a build without an aligner of its own does."""
     from codes.export.asr_build import build_asr
 
-    return Recogniser(build_asr(str(whisper_folder), tmp_path_factory.mktemp("asr-fp32"), "fp32"), threads=2)
+    return Aligner(build_asr(str(whisper_folder), tmp_path_factory.mktemp("asr-fp32"), "fp32"), threads=2)
 
 
 @pytest.fixture(scope="module")
@@ -120,14 +122,14 @@ def test_softmax_and_standardization_equal_torch():
     ("th", "สวัสดีครับ ยินดีที่ได้รู้จัก"),
     ("yue", "我哋今日去飲茶啦。"),
 ])
-def test_word_split_equals_openai_whispers_tokenizer(recogniser, language, text):
+def test_word_split_equals_openai_whispers_tokenizer(aligner, language, text):
     from codes.checks.equiv_words import openai_tokenizer
 
     tokenizer = openai_tokenizer(language)
     tokens = tokenizer.encode(text) + [tokenizer.eot]
-    assert recogniser.text_tokens(text, language) == tokenizer.encode(
+    assert aligner.text_tokens(text, language) == tokenizer.encode(
         text if language in alignment.UNSPACED_LANGUAGES else " " + text.strip())
-    ours = alignment.split_to_word_tokens(tokens, language, recogniser.decode_bytes, tokenizer.eot)
+    ours = alignment.split_to_word_tokens(tokens, language, aligner.decode_bytes, tokenizer.eot)
     assert ours == tokenizer.split_to_word_tokens(tokens)
 
 
@@ -163,12 +165,12 @@ def reference(openai_model, wav, windows, language):
 
 
 @pytest.mark.parametrize("clip", list(CLIPS))
-def test_words_and_times_equal_find_alignments(recogniser, openai_model, clip):
+def test_words_and_times_equal_find_alignments(aligner, openai_model, clip):
     from codes.checks.equiv_words import largest_time_difference, openai_tokenizer
 
     language, text, seconds, seed = CLIPS[clip]
     wav = speech_like_signal(seconds, 16000, seed)
-    windows = recogniser.aligned_windows(wav, 16000, text, language)
+    windows = aligner.aligned_windows(wav, 16000, text, language)
     tokenizer = openai_tokenizer(language)
     assert [t for w in windows for t in w.tokens] == tokenizer.encode(
         text if language in alignment.UNSPACED_LANGUAGES else " " + text)
@@ -176,18 +178,18 @@ def test_words_and_times_equal_find_alignments(recogniser, openai_model, clip):
     theirs = reference(openai_model, wav, windows, language)
     assert [w["word"] for w in ours] == [w["word"] for w in theirs] and len(ours) >= 5
     assert largest_time_difference(ours, theirs) <= FRAME + 1e-9
-    assert ours == recogniser.align(wav, 16000, text, language)
+    assert ours == aligner.align(wav, 16000, text, language)
     assert all(w["start"] <= w["end"] for w in ours) and ours[-1]["end"] <= seconds
     if seconds > 30:
         assert all(0 < w.num_frames <= 3000 for w in windows)
         assert [w.seek for w in windows] == sorted({w.seek for w in windows})
 
 
-def test_a_text_longer_than_the_decoder_takes_is_aligned_over_several_windows(recogniser):
+def test_a_text_longer_than_the_decoder_takes_is_aligned_over_several_windows(aligner):
     """The long clip's text (600 tokens) is more than one window's decoder reads (448): each window ends
     where its first pass put the next word, and the next starts there."""
     language, text, seconds, seed = CLIPS["over_30_s"]
-    windows = recogniser.aligned_windows(speech_like_signal(seconds, 16000, seed), 16000, text, language)
+    windows = aligner.aligned_windows(speech_like_signal(seconds, 16000, seed), 16000, text, language)
     assert len(windows) >= 2 and sum(len(w.tokens) for w in windows) > 448
     assert all(a.seek + a.num_frames == b.seek for a, b in zip(windows, windows[1:]))
     assert windows[-1].seek + windows[-1].num_frames == int(seconds * 100)  # the last reads the clip to its end
@@ -195,20 +197,20 @@ def test_a_text_longer_than_the_decoder_takes_is_aligned_over_several_windows(re
     assert all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
 
 
-def test_a_pause_after_the_text_is_left_to_the_last_word(recogniser):
+def test_a_pause_after_the_text_is_left_to_the_last_word(aligner):
     language, text, seconds, seed = CLIPS["pause_after_the_text"]
-    windows = recogniser.aligned_windows(speech_like_signal(seconds, 16000, seed), 16000, text, language)
+    windows = aligner.aligned_windows(speech_like_signal(seconds, 16000, seed), 16000, text, language)
     assert len(windows) == 1 and windows[0].num_frames == 3000  # no window past the text's last word
 
 
-def test_words_are_reported_as_written_where_normalize_text_kept_them_one_to_one(recogniser, openai_model):
+def test_words_are_reported_as_written_where_normalize_text_kept_them_one_to_one(aligner, openai_model):
     from codes.runtime.normalize import normalize_text
 
     language, spoken, seconds, seed = CLIPS["normalized"]
     assert normalize_text(CLIP_WRITTEN, language) == spoken  # the clip's text is what normalize_text made
     wav = speech_like_signal(seconds, 16000, seed)
-    as_spoken = recogniser.align(wav, 16000, spoken, language)
-    as_written = recogniser.align(wav, 16000, spoken, language, written=CLIP_WRITTEN)
+    as_spoken = aligner.align(wav, 16000, spoken, language)
+    as_written = aligner.align(wav, 16000, spoken, language, written=CLIP_WRITTEN)
     assert [w["word"] for w in as_written] == ["Dr.", "Smith", "paid", "five", "dollars", "for", "2", "apples", "on",
                                               "the", "fourth", "of", "march", "twenty", "twenty", "one."]
     assert [(w["start"], w["end"]) for w in as_written] == [(w["start"], w["end"]) for w in as_spoken]
@@ -238,9 +240,9 @@ def test_align_words_times_a_synthesized_utterance_as_find_alignment(tts, openai
     words = tts.align_words(audio, spoken, "en", written=written)
     assert tts.has_word_timings and words[0]["word"] == "I" and words[-1]["word"] == "Jones."
     assert "Dr." in [w["word"] for w in words] and "2345" not in [w["word"] for w in words]
-    recogniser = tts.load_recogniser()
+    aligner = tts.load_aligner()
     wav_16k = resample(audio, 24000, 16000)
-    windows = recogniser.aligned_windows(wav_16k, 16000, spoken, "en")
+    windows = aligner.aligned_windows(wav_16k, 16000, spoken, "en")
     theirs = reference(openai_model, wav_16k, windows, "en")
     assert [(w["start"], w["end"]) for w in words] == [(w["start"], w["end"]) for w in windows[0].words]
     assert all(abs(a["start"] - b["start"]) <= FRAME + 1e-9 and abs(a["end"] - b["end"]) <= FRAME + 1e-9
@@ -289,7 +291,7 @@ def _as_built_before_word_timings(asr_dir: Path) -> None:
     (asr_dir / "asr_manifest.json").write_text(json.dumps(manifest))
 
 
-def test_a_recogniser_built_before_word_timings_transcribes_and_says_to_rebuild(whisper_folder, recogniser, builds,
+def test_a_recogniser_built_before_word_timings_transcribes_and_says_to_rebuild(whisper_folder, aligner, builds,
                                                                                 tmp_path):
     from helpers.synthesis_inputs import FP32_BUILD
 
@@ -300,10 +302,11 @@ def test_a_recogniser_built_before_word_timings_transcribes_and_says_to_rebuild(
     _as_built_before_word_timings(older_dir)
     older = Recogniser(older_dir, threads=2)
     wav = speech_like_signal(4.0, 24000, 3)
-    assert not older.has_word_timings and older.transcribe(wav, 24000) == recogniser.transcribe(wav, 24000)
+    assert not older.has_alignment
+    assert older.transcribe(wav, 24000) == Recogniser(aligner.folder, threads=2).transcribe(wav, 24000)
     with pytest.raises(UserError, match="built before word timings; rebuild the recogniser with optimize.py "
                                         "--include-asr") as raised:
-        older.align(wav, 24000, "Hello there.", "en")
+        Aligner(older_dir, threads=2).align(wav, 24000, "Hello there.", "en")
     assert "\n" not in str(raised.value)
     tts = OmniVoiceOnnx(builds.get(*FP32_BUILD), threads=1, asr_dir=older_dir)
     assert tts.has_recogniser and not tts.has_word_timings
@@ -315,12 +318,12 @@ def test_a_recogniser_built_before_word_timings_transcribes_and_says_to_rebuild(
         no_recogniser.align_words(wav, "Hello there.", "en")
 
 
-def test_aligning_imports_no_torch(recogniser):
+def test_aligning_imports_no_torch(aligner):
     script = (
         "import sys\n"
-        "from codes.runtime.asr import Recogniser\n"
+        "from codes.runtime.aligner import Aligner\n"
         "from codes.export.generated_higgs import speech_like_signal\n"
-        f"words = Recogniser({str(recogniser.folder)!r}, threads=1).align(speech_like_signal(3, 24000, 1), 24000, "
+        f"words = Aligner({str(aligner.folder)!r}, threads=1).align(speech_like_signal(3, 24000, 1), 24000, "
         "'Hello there, friend.', 'en')\n"
         "print(len(words), sorted(m for m in ('torch', 'torchaudio', 'transformers', 'whisper', 'numba') "
         "if m in sys.modules))\n"

@@ -58,19 +58,14 @@ def stream(srv: Server, start: dict, text: str) -> list:
 
 
 def check_words(timing: dict, audio: np.ndarray, tts) -> None:
-    """The piece's words lie in it, in order, and are the recogniser's own alignment of its audio (the
-    audio the client heard, 16-bit: within one 20 ms attention frame of the server's, which aligned the
-    float samples)."""
+    """The piece's words are its text's, in order, and lie in its audio. (Chunks that wait for the aligner
+    together share its windows, so a chunk's times depend on its neighbours: the packed alignment is held to
+    openai-whisper's in tests/runtime/test_aligner.py.)"""
     words = timing["words"]
     assert words, timing
     assert all(timing["start"] - 1e-3 <= w["start"] <= w["end"] <= timing["end"] + 1e-3 for w in words)
     assert all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
-    first, last = round(timing["start"] * RATE), round(timing["end"] * RATE)
-    mine = tts.align_words(audio[first:last].astype(np.float32) / 32768, timing["text"], "en")
-    assert [w["word"] for w in words] == [w["word"] for w in mine]
-    for theirs, ours in zip(words, mine):
-        assert abs(theirs["start"] - (timing["start"] + ours["start"])) <= 0.021
-        assert abs(theirs["end"] - (timing["start"] + ours["end"])) <= 0.021
+    assert [w["word"] for w in words] == tts.load_aligner().words_of(timing["text"], "en")
 
 
 def test_the_stream_doors_timings_carry_each_words_time_after_its_audio(server, tts):
@@ -115,7 +110,8 @@ def test_sse_timings_and_mcp_timings_carry_words_and_defaults_say_so(server, tts
     audio_content, _, timings_content = asyncio.run(mcp_timings())
     mcp_audio = np.frombuffer(base64.b64decode(audio_content.data), np.int16)
     mcp_timings = json.loads(timings_content.text)["timings"]
-    assert [t["words"] for t in mcp_timings] == [t["words"] for t in timings]  # one request's words, any door
+    # one request's words, any door (their times depend on which chunks waited for the aligner together)
+    assert [[w["word"] for w in t["words"]] for t in mcp_timings] == [[w["word"] for w in t["words"]] for t in timings]
     assert mcp_audio.tobytes() == audio.tobytes()
 
 

@@ -1,5 +1,7 @@
 """Word-level captions (issue 44): each caption's words, timed by forced alignment of its own piece's audio
-with the text that piece spoke (docs/scripts.md, "Captions and stems"; docs/DESIGN.md §word-timings).
+with the text that piece spoke (docs/scripts.md, "Captions and stems"; docs/DESIGN.md §word-timings). The
+pieces are aligned together, packed end to end into shared 30 s windows (tts.align_pieces), so captions pay
+about one window per 30 s of speech, not one per cue.
 
     align_captions(tts, plan, rendered) -> list[Caption]
         rendered.captions (a finished RenderedScript's, from render_plan or Timeline(plan).finish()), each with
@@ -17,7 +19,7 @@ it is given. The text is what the piece spoke (its settled Request's: normalized
 with the segment's text as written, so a word the normalizer rewrote one to one comes back as written; the
 language is the segment's resolved one (None: Whisper detects it).
 
-Pure apart from the recogniser (tts.align_words): a server calls it in an executor thread, after
+Pure apart from the aligner (tts.align_pieces): a server calls it in an executor thread, after
 tts.check_word_timings() has refused a build without word timings before any work.
 """
 
@@ -40,15 +42,13 @@ def spoken_request(tts, plan: ScriptPlan, piece: Piece) -> Request:
     return settle_piece(tts, plan.defaults, piece.segment, None, piece.instruct, plan.source)
 
 
-def caption_words(tts, caption: Caption, wav: np.ndarray, offset: int, spoken: str, language: str | None,
-                  sample_rate: int = 24000) -> Caption:
-    """The caption with its words, aligned on wav (its piece's audio, placed at `offset` on the track) between
-    caption.start and caption.end. A time the alignment rounds past the speech's end is its end."""
-    if caption.end <= caption.start:
-        return replace(caption, words=())
-    speech = np.asarray(wav, np.float32)[caption.start - offset:caption.end - offset]
-    timed = tts.align_words(speech, spoken, language, written=caption.text)
+def _speech(caption: Caption, wav: np.ndarray, offset: int) -> np.ndarray:
+    """The piece's audio over the caption's speech span (its pads, silence this runtime adds, left out)."""
+    return np.asarray(wav, np.float32)[caption.start - offset:caption.end - offset]
 
+
+def _with_words(caption: Caption, timed: list[dict], sample_rate: int) -> Caption:
+    """The caption with its aligned words on the track; a time rounded past the speech's end is its end."""
     def on_track(seconds: float) -> int:
         return min(caption.end, caption.start + round(seconds * sample_rate))
 
@@ -56,11 +56,23 @@ def caption_words(tts, caption: Caption, wav: np.ndarray, offset: int, spoken: s
                                         for w in timed))
 
 
+def caption_words(tts, caption: Caption, wav: np.ndarray, offset: int, spoken: str, language: str | None,
+                  sample_rate: int = 24000) -> Caption:
+    """The caption with its words, aligned on wav (its piece's audio, placed at `offset` on the track) between
+    caption.start and caption.end."""
+    if caption.end <= caption.start:
+        return replace(caption, words=())
+    timed = tts.align_words(_speech(caption, wav, offset), spoken, language, written=caption.text)
+    return _with_words(caption, timed, sample_rate)
+
+
 def align_captions(tts, plan: ScriptPlan, rendered: RenderedScript) -> list[Caption]:
-    """Every caption of a finished track with its words (see the module's docstring)."""
-    captions = []
-    for piece, caption, offset, wav in zip(plan.pieces, rendered.captions, rendered.offsets, rendered.pieces,
-                                           strict=True):
-        request = spoken_request(tts, plan, piece)
-        captions.append(caption_words(tts, caption, wav, offset, request.text, request.lang, rendered.sample_rate))
-    return captions
+    """Every caption of a finished track with its words (see the module's docstring), the pieces aligned
+    together in shared windows."""
+    spans = [(piece, caption, offset, wav) for piece, caption, offset, wav
+             in zip(plan.pieces, rendered.captions, rendered.offsets, rendered.pieces, strict=True)]
+    spoken = [(spoken_request(tts, plan, piece), caption, offset, wav) for piece, caption, offset, wav in spans]
+    timed = iter(tts.align_pieces([(_speech(caption, wav, offset), request.text, request.lang, caption.text)
+                                   for request, caption, offset, wav in spoken if caption.end > caption.start]))
+    return [_with_words(caption, next(timed), rendered.sample_rate) if caption.end > caption.start
+            else replace(caption, words=()) for _, caption, _, _ in spoken]

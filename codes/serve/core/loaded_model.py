@@ -6,6 +6,7 @@ from the doors to it.
 from __future__ import annotations
 
 import asyncio
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -30,9 +31,13 @@ class LoadedModel:
         # One codec worker: on a small CPU the decoder competes with the steps; it never blocks the loop.
         self.decode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-codec")
         self.encode_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="omnivoice-encode")  # mp3, opus, ...
-        # Word timings (Whisper's encoder, a 30 s window a chunk) on a worker of their own: a chunk's audio never
-        # waits for the one before to be aligned.
+        # Word timings on a worker of their own, so a chunk's audio never waits for words. Chunks that come while
+        # it aligns wait for it, then share the next pass's windows (30 s of audio an encoder pass): no chunk
+        # waits for another that is not yet there (docs/DESIGN.md §word-timings).
         self.align_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="omnivoice-align")
+        self._align_lock = threading.Lock()
+        self._align_waiting: list[tuple] = []  # (piece, future, loop), in arrival order
+        self._aligning = False
         self.outstanding: set[WorkItem] = set()  # submitted, not yet finished or cancelled
         self.word_timings = tts.has_word_timings  # the recogniser can time words (read once: it reads a manifest)
 
@@ -70,12 +75,49 @@ class LoadedModel:
         return await asyncio.wrap_future(item.future)
 
     def words(self, wav: np.ndarray, text: str, language: str | None) -> asyncio.Future:
-        """A chunk's words [{"word", "start", "end"}] (seconds from its start), aligned on the align worker
-        (where word_timings: a build without it keeps chunk timings)."""
-        return asyncio.get_running_loop().run_in_executor(self.align_pool, self.tts.align_words, wav, text, language)
+        """A chunk's words [{"word", "start", "end"}] (seconds from its start), aligned on the align worker with
+        the chunks waiting beside it (where word_timings: a build without it keeps chunk timings)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._align_lock:
+            self._align_waiting.append(((wav, text, language, None), future, loop))
+            idle, self._aligning = not self._aligning, True
+        if idle:
+            self.align_pool.submit(self._align_waiting_chunks)
+        return future
+
+    def _align_waiting_chunks(self) -> None:
+        """The align worker: every chunk waiting, in shared windows, until none waits."""
+        while True:
+            with self._align_lock:
+                batch, self._align_waiting = self._align_waiting, []
+                if not batch:
+                    self._aligning = False
+                    return
+            try:
+                results = [(words, None) for words in self.tts.align_pieces([piece for piece, _, _ in batch])]
+            except Exception:  # one chunk's failure (say, too short to align) is its own: each alone
+                results = [self._align_alone(piece) for piece, _, _ in batch]
+            for (_, future, loop), (words, error) in zip(batch, results):
+                loop.call_soon_threadsafe(_settle, future, words, error)
+
+    def _align_alone(self, piece: tuple) -> tuple[list | None, Exception | None]:
+        try:
+            return self.tts.align_pieces([piece])[0], None
+        except Exception as exc:
+            return None, exc
 
     async def decode(self, codes: np.ndarray | list[np.ndarray], ref_rms, settings: GenerationSettings) -> np.ndarray:
         """Codes [8, T] (or a long text's chunks, cross-faded as upstream joins them) to post-processed audio."""
         chunks = codes if isinstance(codes, list) else [codes]
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.decode_pool, self.tts.decode, chunks, ref_rms, settings)
+
+
+def _settle(future: asyncio.Future, words: list | None, error: Exception | None) -> None:
+    if future.done():  # the request that asked is gone
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(words)
