@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--include-aligner", action="store_true",
                         help="also build an aligner (a Whisper that times words) into <output>/aligner, which word "
                              "timings use instead of the recogniser")
+    parser.add_argument("--aligner-only", action="store_true",
+                        help="build only the aligner (into an existing build's folder, say: the rest is kept)")
     parser.add_argument("--aligner-model",
                         help="the aligner's Whisper checkpoint: a folder, a hub id already in the local Hugging Face "
                              "cache, or tiny-whisper; base or small for speed (docs/build.md)")
@@ -83,7 +85,8 @@ def main(argv=None) -> int:
                            higgs_precision=args.higgs_precision, include_asr=args.include_asr, asr_only=args.asr_only,
                            asr_model=args.asr_model, asr_precision=args.asr_precision, overwrite=args.overwrite,
                            lora=args.lora, include_aligner=args.include_aligner, aligner_model=args.aligner_model,
-                           aligner_precision=args.aligner_precision, aligner_heads=args.aligner_heads)
+                           aligner_precision=args.aligner_precision, aligner_heads=args.aligner_heads,
+                           aligner_only=args.aligner_only)
     resolve_inputs(request, args.model)
     build(request)
     total = sum(request.timings.values())

@@ -1,5 +1,6 @@
-"""What word timings cost: the alignment's time per second of audio, its share of an utterance's synthesis,
-and its agreement with openai-whisper's find_alignment on a full-size recogniser (bench/words_bench.py).
+"""What word timings cost: each aligner's time per window and per second of audio (encoder, decoder, the
+alignment maths), its share of an utterance's synthesis, and its agreement with openai-whisper's find_alignment
+on the same weights, for each Whisper size and precision (bench/words_bench.py).
 
 Random weights decide where DTW puts each word, not how long it takes: the encoder reads one 30 s window
 per window whatever the clip holds, and the decoder reads the text once per window (twice where a first
@@ -30,12 +31,13 @@ def text_for(seconds: float) -> str:
 
 
 class TimedAligner:
-    """An Aligner whose encoder and alignment-decoder calls are timed (seconds, summed per stage)."""
+    """An Aligner whose encoder, alignment decoder and alignment maths (find_alignment: softmax, filter, DTW,
+    words) are timed (seconds, summed per stage)."""
 
-    def __init__(self, recogniser):
-        self.recogniser, self.seconds = recogniser, {"encoder": 0.0, "decoder": 0.0}
+    def __init__(self, aligner):
+        self.aligner, self.seconds = aligner, {"encoder": 0.0, "decoder": 0.0, "dtw": 0.0}
         for stage, name in (("encoder", "_encode"), ("decoder", "alignment_logits")):
-            setattr(recogniser, name, self._timed(stage, getattr(recogniser, name)))
+            setattr(aligner, name, self._timed(stage, getattr(aligner, name)))
 
     def _timed(self, stage, method):
         def timed(*args):
@@ -47,20 +49,32 @@ class TimedAligner:
         return timed
 
     def align(self, wav, rate: int, text: str, language: str) -> dict:
+        from codes.runtime import alignment
+
         self.seconds = dict.fromkeys(self.seconds, 0.0)
+        maths = alignment.find_alignment
+        alignment.find_alignment = self._timed("dtw", maths)
         start = time.perf_counter()
-        windows = self.recogniser.aligned_windows(wav, rate, text, language)
+        try:
+            windows = self.aligner.aligned_windows(wav, rate, text, language)
+        finally:
+            alignment.find_alignment = maths
         total = time.perf_counter() - start
         return {"total_s": total, **{f"{k}_s": v for k, v in self.seconds.items()},
                 "rest_s": total - sum(self.seconds.values()), "windows": len(windows),
                 "words": sum(len(w.words) for w in windows)}
 
 
+def whisper_name(aligner) -> str:
+    """The Whisper an aligner folder was built from, as its manifest names it."""
+    return str(aligner.manifest["source"].get("asr_model") or aligner.folder.name)
+
+
 def alignment_costs(folders: list[Path], threads: int, seconds: tuple[float, ...] = CLIP_SECONDS, repeats: int = 3,
                     log=print) -> list[dict]:
-    """Median timings of aligning each clip length with each recogniser (after a warm-up), with the encoder's
-    and decoder's parts. The recognisers and clips take turns in every round, so a busy spell of the machine
-    falls on all of them alike."""
+    """Median timings of aligning each clip length with each aligner (after a warm-up), with the encoder's,
+    the decoder's and the maths' parts. The aligners and clips take turns in every round, so a busy spell of
+    the machine falls on all of them alike."""
     from codes.runtime.aligner import Aligner
 
     timed, load_s = [], []
@@ -72,19 +86,18 @@ def alignment_costs(folders: list[Path], threads: int, seconds: tuple[float, ...
     clips = [(speech_like_signal(length, 24000, seed=i + 1), text_for(length)) for i, length in enumerate(seconds)]
     runs: dict[tuple[int, int], list[dict]] = {}
     for round_ in range(repeats):
-        for r, recogniser in enumerate(timed):
+        for r, aligner in enumerate(timed):
             for c, (wav, text) in enumerate(clips):
-                run = recogniser.align(wav, 24000, text, "en")
+                run = aligner.align(wav, 24000, text, "en")
                 runs.setdefault((r, c), []).append({**run, "load_1min": os.getloadavg()[0]})
-                log(f"  round {round_ + 1}, {Path(folders[r]).name} {seconds[c]:g} s: {run['total_s']:.2f} s")
+                log(f"  round {round_ + 1}, {whisper_name(aligner.aligner)} {seconds[c]:g} s: {run['total_s']:.2f} s")
     results = []
-    for r, recogniser in enumerate(timed):
+    for r, aligner in enumerate(timed):
         rows = []
         for c, length in enumerate(seconds):
             row = {key: statistics.median(x[key] for x in runs[(r, c)]) for key in runs[(r, c)][0]}
             rows.append({**row, "seconds": length, "per_audio_second_s": row["total_s"] / length})
-        manifest = recogniser.recogniser.manifest
-        results.append({"precision": manifest["precision"], "source": manifest["source"].get("asr_model"),
+        results.append({"precision": aligner.aligner.manifest["precision"], "source": whisper_name(aligner.aligner),
                         "load_s": load_s[r], "clips": rows})
     return results
 
@@ -93,17 +106,18 @@ EXACTNESS_CLIPS = (("en", 10.0, 1), ("zh", 8.0, 2), ("en", 40.0, 3))
 ZH_TEXT = "老灯塔看守人每天傍晚爬上螺旋楼梯，数着一百一十二级台阶，点亮那盏在雾中引导渔船平安回家的灯。"
 
 
-def exactness(folder: Path, source: Path, threads: int, log=print) -> list[dict]:
-    """Each clip's words and times from the recogniser in `folder` against openai-whisper's find_alignment
-    on the checkpoint `source` it was built from (torch fp32), over the recogniser's windows."""
+def exactness(folder: Path, threads: int, log=print) -> list[dict]:
+    """Each clip's words and times from the aligner in `folder` against openai-whisper's find_alignment on
+    the checkpoint it was built from (its manifest's source; torch fp32), over the aligner's windows."""
     import torch
 
     from codes.checks.equiv_words import largest_time_difference, openai_whisper_model, reference_words
+    from codes.export.asr_build import resolve_whisper
     from codes.runtime.aligner import Aligner
 
     torch.set_num_threads(threads)
-    model = openai_whisper_model(source)
     recogniser = Aligner(folder, threads=threads)
+    model = openai_whisper_model(resolve_whisper(whisper_name(recogniser)))
     rows = []
     for language, seconds, seed in EXACTNESS_CLIPS:
         wav = speech_like_signal(seconds, 16000, seed)
@@ -114,7 +128,7 @@ def exactness(folder: Path, source: Path, threads: int, log=print) -> list[dict]
         same = [w["word"] for w in ours] == [w["word"] for w in theirs]
         rows.append({"language": language, "seconds": seconds, "words": len(ours), "windows": len(windows),
                      "same_words": same, "largest_difference_s": largest_time_difference(ours, theirs),
-                     "precision": recogniser.manifest["precision"]})
+                     "precision": recogniser.manifest["precision"], "source": whisper_name(recogniser)})
         log(f"  exactness {language} {seconds:g} s: {rows[-1]}")
     return rows
 
@@ -135,7 +149,7 @@ def synthesis_share(model_dir: Path, threads: int, log=print) -> dict:
     align_s = time.perf_counter() - start
     row = {"model_dir": str(model_dir), "audio_s": len(audio) / tts.sample_rate, "synthesis_s": synthesis_s,
            "align_s": align_s, "share_of_synthesis": align_s / synthesis_s, "words": len(words),
-           "recogniser_precision": tts.load_recogniser().manifest["precision"]}
+           "recogniser_precision": tts.load_aligner().manifest["precision"]}
     row["load_1min"] = os.getloadavg()[0]
     log(f"  synthesis {synthesis_s:.1f} s, alignment {align_s:.2f} s")
     return row
@@ -146,38 +160,40 @@ def page(report: dict) -> list[str]:
     lines = ["# Word timings: what aligning costs", "",
              f"`{report['command']}` on {machine_line(report['machine'])}, {report['threads']} threads, "
              f"{report['date']}. Raw figures: `words_results.json`.", "",
-             f"The recognisers are built from `{'`, `'.join(sorted({c['source'] for c in report['costs']}))}` "
-             "(`full-whisper`: whisper-large-v3-turbo's shapes and alignment heads, random weights). Each clip "
+             f"The aligners are built from `{'`, `'.join(sorted({c['source'] for c in report['costs']}))}` "
+             "(`base-whisper`, `small-whisper`: whisper-base's and whisper-small's shapes and alignment heads; "
+             "`full-whisper`: whisper-large-v3-turbo's; random weights, large-v3's vocabulary). Each clip "
              "is speech-like "
              f"noise with {WORDS_PER_SECOND:g} words of text a second, aligned by `Aligner.aligned_windows` "
-             "(median of the runs after a warm-up); encoder and decoder are the graphs' time, the rest is numpy "
-             "(features, softmax, filter, DTW, words); load is the median 1-minute load average after the clip (2 "
-             "is the benchmark's own 2 threads, more means other work shared the CPU). The recognisers and clips "
-             "take turns in every round.", "",
-             "| precision | clip | words | windows | time | per audio second | encoder | decoder | rest | load |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "(median of the runs after a warm-up); encoder and decoder are the graphs' time, DTW is find_alignment's "
+             "maths (softmax, filter, DTW, words), the rest is numpy (resampling, features); load is the median "
+             "1-minute load average after the clip (2 is the benchmark's own 2 threads, more means other work shared "
+             "the CPU). The aligners and clips take turns in every round.", "",
+             "| Whisper | precision | clip | windows | time | per audio second | encoder | decoder | DTW | rest | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for costs in report["costs"]:
         for row in costs["clips"]:
-            lines.append(f"| {costs['precision']} | {row['seconds']:g} s | {row['words']:g} | {row['windows']:g} | "
+            lines.append(f"| {costs['source']} | {costs['precision']} | {row['seconds']:g} s | {row['windows']:g} | "
                          f"{row['total_s']:.2f} s | {row['per_audio_second_s']:.3f} s | {row['encoder_s']:.2f} s | "
-                         f"{row['decoder_s']:.2f} s | {row['rest_s']:.2f} s | {row.get('load_1min', 0):.1f} |")
+                         f"{row['decoder_s']:.2f} s | {row['dtw_s']:.3f} s | {row['rest_s']:.2f} s | "
+                         f"{row.get('load_1min', 0):.1f} |")
     lines.append("")
     if report.get("share"):
         share = report["share"]
         lines += ["## Its share of an utterance", "",
                   f"The rtf benchmark's 10 s utterance (32 steps, deterministic) on `{share['model_dir']}` "
-                  f"(its recogniser {share['recogniser_precision']}): synthesis {share['synthesis_s']:.1f} s, then "
+                  f"(its aligner {share['recogniser_precision']}): synthesis {share['synthesis_s']:.1f} s, then "
                   f"aligning its {share['words']} words {share['align_s']:.2f} s, "
                   f"**{100 * share['share_of_synthesis']:.1f}%** of the synthesis time (1-minute load average "
                   f"{share.get('load_1min', 0):.1f} after it).", ""]
     if report.get("exactness"):
         lines += ["## Against openai-whisper on the same weights", "",
                   "`whisper.timing.find_alignment` (then `merge_punctuations`) on openai-whisper's `Whisper` "
-                  "module loaded with the same checkpoint (torch fp32), over the recogniser's windows.", "",
-                  "| precision | clip | words | windows | same words | largest time difference |",
-                  "|---|---|---|---|---|---|"]
+                  "module loaded with the same checkpoint (torch fp32), over the aligner's windows.", "",
+                  "| Whisper | precision | clip | words | windows | same words | largest time difference |",
+                  "|---|---|---|---|---|---|---|"]
         for row in report["exactness"]:
-            lines.append(f"| {row['precision']} | {row['language']} {row['seconds']:g} s | {row['words']} | "
+            lines.append(f"| {row['source']} | {row['precision']} | {row['language']} {row['seconds']:g} s | {row['words']} | "
                          f"{row['windows']} | {'yes' if row['same_words'] else 'no'} | "
                          f"{row['largest_difference_s'] * 1000:.0f} ms |")
         lines.append("")
@@ -185,14 +201,14 @@ def page(report: dict) -> list[str]:
     return lines
 
 
-def run(recognisers: dict[str, Path], source: Path | None, model_dir: Path | None, threads: int,
+def run(aligners: dict[str, Path], compare: bool, model_dir: Path | None, threads: int,
         seconds: tuple[float, ...], repeats: int, command: str, log=print) -> dict:
     report = {"command": command, "machine": machine(), "threads": threads,
               "date": time.strftime("%Y-%m-%d"), "costs": [], "exactness": [], "share": None}
-    report["costs"] = alignment_costs(list(recognisers.values()), threads, seconds, repeats, log)
-    if source is not None:
-        for name, folder in recognisers.items():
-            report["exactness"] += exactness(folder, source, threads, log)
+    report["costs"] = alignment_costs(list(aligners.values()), threads, seconds, repeats, log)
+    if compare:
+        for folder in aligners.values():
+            report["exactness"] += exactness(folder, threads, log)
     if model_dir is not None:
         report["share"] = synthesis_share(model_dir, threads, log)
     return report

@@ -29,20 +29,22 @@ def one_reply(url: str, num_steps: int, seed: int, word_timings: bool) -> dict:
         began = time.perf_counter()
         ws.send(json.dumps({"type": "text", "text": REPLY}))
         ws.send(json.dumps({"type": "end"}))
-        first = last_timing = None
+        first = last_audio = last_timing = None
         words = samples = 0
         while True:
             message = ws.recv(timeout=3600)
             now = time.perf_counter() - began
             if isinstance(message, bytes):
                 first = now if first is None else first
+                last_audio = now
                 samples += len(message) // 2
                 continue
             event = json.loads(message)
             if event["type"] == "timing":
                 last_timing, words = now, words + len(event.get("words", []))
             elif event["type"] == "done":
-                return {"first_audio_s": first, "last_timing_s": last_timing, "done_s": now, "words": words,
+                return {"first_audio_s": first, "last_audio_s": last_audio, "last_timing_s": last_timing,
+                        "words_after_audio_s": last_timing - last_audio, "done_s": now, "words": words,
                         "audio_s": samples / 24000}
             elif event["type"] == "error":
                 raise SystemExit(f"the server refused the reply: {event['error']['message']}")
@@ -52,7 +54,7 @@ def measure(model_dir: Path, num_steps: int, rounds: int, threads: int | None) -
     with tempfile.TemporaryDirectory() as folder:
         proc, url = start_server(model_dir, 8, Path(folder) / "voices", threads)
         try:
-            one_reply(url, num_steps, 0, True)  # warms the recogniser (loaded, hashes checked, on first use)
+            one_reply(url, num_steps, 0, True)  # warms the aligner (loaded, hashes checked, on first use)
             runs = {"without": [], "with": []}
             for round_index in range(rounds):
                 for mode in ("without", "with") if round_index % 2 == 0 else ("with", "without"):
@@ -68,13 +70,14 @@ def page(result: dict) -> list[str]:
              f"`bench/words_first_audio.py` on `{result['model_dir']}`, {result['num_steps']} steps, "
              f"{result['rounds']} rounds of each, interleaved, one reply of {len(REPLY)} characters on a fresh "
              "connection, medians (and the range) in seconds from the reply's text being sent:", "",
-             "| word_timings | first audio | last timing | done | words | audio |", "|---|---|---|---|---|---|"]
+             "| word_timings | first audio | last audio | last timing | last timing after last audio | done | words | "
+             "audio |", "|---|---|---|---|---|---|---|---|"]
     for mode, runs in result["runs"].items():
         def cell(key):
             values = [run[key] for run in runs]
             return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
-        lines.append(f"| {mode} | {cell('first_audio_s')} | {cell('last_timing_s')} | {cell('done_s')} | "
-                     f"{runs[0]['words']} | {runs[0]['audio_s']:.2f} s |")
+        lines.append(f"| {mode} | {cell('first_audio_s')} | {cell('last_audio_s')} | {cell('last_timing_s')} | "
+                     f"{cell('words_after_audio_s')} | {cell('done_s')} | {runs[0]['words']} | {runs[0]['audio_s']:.2f} s |")
     return lines
 
 

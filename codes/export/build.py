@@ -67,6 +67,7 @@ class BuildRequest:
     asr_model: str = asr_build.DEFAULT_ASR_MODEL
     asr_precision: str | None = None  # None: the profile's (asr_build.profile_precision)
     include_aligner: bool = False
+    aligner_only: bool = False
     aligner_model: str | None = None
     aligner_precision: str = "fp32"  # word times equal openai-whisper's in fp32 (bench/words_results.md)
     aligner_heads: list | None = None  # [layer, head] pairs, where the checkpoint names none
@@ -77,7 +78,7 @@ class BuildRequest:
 
     @property
     def builds_backbone(self) -> bool:
-        return not (self.higgs_only or self.asr_only)
+        return not (self.higgs_only or self.asr_only or self.aligner_only)
 
     @property
     def builds_codec(self) -> bool:
@@ -89,7 +90,11 @@ class BuildRequest:
 
     def rebuilds(self, part: str) -> bool:
         return {"backbone": self.builds_backbone, "codec": self.builds_codec, "asr": self.builds_asr,
-                "aligner": self.include_aligner}[part]
+                "aligner": self.builds_aligner}[part]
+
+    @property
+    def builds_aligner(self) -> bool:
+        return self.include_aligner or self.aligner_only
 
     @property
     def codec_precision(self) -> str:
@@ -105,7 +110,7 @@ class BuildRequest:
             return self.profile.name
         parts = ([f"codec {self.codec_precision}"] * self.builds_codec
                  + [f"recogniser {self.recogniser_precision}"] * self.builds_asr
-                 + [f"aligner {self.aligner_precision}"] * self.include_aligner)
+                 + [f"aligner {self.aligner_precision}"] * self.builds_aligner)
         return " and ".join(parts) + " only"
 
 
@@ -117,9 +122,9 @@ def resolve_inputs(request: BuildRequest, model: str) -> None:
 
     if request.builds_asr:
         asr_build.resolve_whisper(request.asr_model)
-    if request.include_aligner:
+    if request.builds_aligner:
         if request.aligner_model is None:
-            raise UserError("--include-aligner needs --aligner-model: a Whisper checkpoint (folder, hub id in the "
+            raise UserError("--include-aligner and --aligner-only need --aligner-model: a Whisper checkpoint (folder, hub id in the "
                             "local cache, or tiny-whisper), base or small for speed (docs/build.md)")
         if request.aligner_precision not in asr_build.PRECISIONS:
             raise UserError(f"--aligner-precision {request.aligner_precision} is not one of "
@@ -134,12 +139,14 @@ def resolve_inputs(request: BuildRequest, model: str) -> None:
         from codes.export.lora import check_adapter
 
         if not request.builds_backbone:
-            raise UserError("--lora changes the backbone, which --higgs-only and --asr-only do not build; drop one")
+            raise UserError("--lora changes the backbone, which --higgs-only, --asr-only and --aligner-only do not "
+                            "build; drop one")
         check_adapter(request.lora, request.checkpoint.path)
     if request.output is None:
         request.output = (default_build_dir(request.profile.name) if request.builds_backbone
                           else default_codec_dir(request.codec_precision) if request.builds_codec
-                          else default_asr_dir(request.recogniser_precision))
+                          else default_asr_dir(request.recogniser_precision) if request.builds_asr
+                          else Path("models") / f"aligner-{request.aligner_precision}")
 
 
 @dataclass
@@ -219,7 +226,7 @@ def build(request: BuildRequest) -> Path:
         else:
             asr_section = asr_build.manifest_section(output / specs.ASR_DIR) if previous.asr else None
         aligner_files = []
-        if request.include_aligner:
+        if request.builds_aligner:
             aligner_files = _build_aligner(request, staging, work)
             aligner_section = asr_build.manifest_section(staging / specs.ALIGNER_DIR)
         else:
@@ -290,7 +297,7 @@ def _planned_files(request: BuildRequest) -> list[str]:
                   for n in (entry.spec.filename, entry.spec.filename + ".data")] + [CODEC_MANIFEST]
     if request.builds_asr:
         names += asr_build.planned_files()
-    if request.include_aligner:
+    if request.builds_aligner:
         names += asr_build.planned_files(specs.ALIGNER_DIR)
     return names
 

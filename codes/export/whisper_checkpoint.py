@@ -24,7 +24,7 @@ from codes.export.tokenizer_build import merge_parts, write_json
 from codes.runtime.text_tokenizer import byte_alphabet
 
 GENERATOR_VERSION = 3  # bump whenever the generated weights, config or tokenizer change
-GENERATED = ("tiny-whisper", "full-whisper")
+GENERATED = ("tiny-whisper", "full-whisper", "base-whisper", "small-whisper")
 NUM_LANGUAGES = 100  # large-v3 added Cantonese to v2's 99
 BASE_VOCAB_SIZE = 50_257
 VOCAB_SIZE = 51_866  # the base ranks, then <|endoftext|> ... <|notimestamps|>, then 1,501 timestamps
@@ -37,10 +37,19 @@ SIZES = {
     # whisper-large-v3-turbo's config.json
     "full": dict(d_model=1280, encoder_layers=32, decoder_layers=4, encoder_attention_heads=20,
                  decoder_attention_heads=20, encoder_ffn_dim=5120, decoder_ffn_dim=5120),
+    # whisper-base's and whisper-small's shapes (with large-v3's vocabulary and 128 mel bins): the aligner
+    # sizes people pick, for bench/words_results.md
+    "base": dict(d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+                 decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048),
+    "small": dict(d_model=768, encoder_layers=12, decoder_layers=12, encoder_attention_heads=12,
+                  decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072),
 }
-# The decoder heads word timings read (generation_config.alignment_heads): turbo's for its shapes; for
-# the tiny one, heads in both layers, so the alignment graph joins more than one layer.
-ALIGNMENT_HEADS = {"tiny": [[0, 2], [1, 0], [1, 3]], "full": [[2, 4], [2, 11], [3, 3], [3, 6], [3, 11], [3, 14]]}
+# The decoder heads word timings read (generation_config.alignment_heads): turbo's, base's and small's for their
+# shapes (openai-whisper's _ALIGNMENT_HEADS); for the tiny one, heads in both layers, so the alignment graph
+# joins more than one layer.
+ALIGNMENT_HEADS = {"tiny": [[0, 2], [1, 0], [1, 3]], "full": [[2, 4], [2, 11], [3, 3], [3, 6], [3, 11], [3, 14]],
+                   "base": [[3, 1], [4, 2], [4, 3], [4, 7], [5, 1], [5, 2], [5, 4], [5, 6]],
+                   "small": [[5, 3], [5, 9], [8, 0], [8, 4], [8, 7], [8, 8], [9, 0], [9, 7], [9, 9], [10, 5]]}
 
 
 def _whisper_tokenizer():
@@ -262,7 +271,8 @@ def write_whisper_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0, z
 
 
 def generated_whisper(name: str, seed: int = 0, zero_qv_biases: bool = False) -> Path:
-    """`tiny-whisper` / `full-whisper`, generated once into the cache (a folder swap, like generated_folder).
+    """One of GENERATED (`tiny-whisper`, `full-whisper`, `base-whisper`, `small-whisper`), generated once into the
+    cache (a folder swap, like generated_folder).
     `zero_qv_biases`: the variant whose attention q/v biases are all zero (for the builder's test)."""
     if name not in GENERATED:
         raise UserError(f"unknown generated Whisper {name!r}; use one of {', '.join(GENERATED)}")

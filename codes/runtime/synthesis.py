@@ -66,8 +66,9 @@ class OmniVoiceOnnx:
             raise UserError(
                 f"{model_dir} holds only a Higgs codec; pass it as --higgs_dir and a backbone build as --model_dir"
             )
-        if not self.manifest.sub_models and self.manifest.asr:
-            raise UserError(f"{model_dir} holds only a recogniser; pass it as --asr_dir and a backbone build as --model_dir")
+        if not self.manifest.sub_models and (self.manifest.asr or self.manifest.aligner):
+            raise UserError(f"{model_dir} holds only a recogniser or an aligner; pass a backbone build as --model_dir "
+                            "(a recogniser folder as --asr_dir)")
         if backbone is None and self.manifest.attention not in ("bidirectional", "unknown"):
             raise UserError(f"{model_dir} holds a {self.manifest.attention} backbone: {CAUSAL_ADVICE}")
         if step is not None and step not in STEPS:
