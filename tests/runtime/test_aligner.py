@@ -158,3 +158,15 @@ def test_script_captions_pay_one_window_per_30_seconds(aligner_build, tmp_path):
                             caption_words=True)
     assert len(rendered.captions) == 4 and all(caption.words for caption in rendered.captions)
     assert len(calls) == 1  # four cues, about 8 s of speech: one window
+
+
+def test_the_dub_benchmark_compares_a_dub_without_and_with_word_captions(aligner_build, tmp_path):
+    """bench/script_cluster_bench.py --compare words on the tiny model: a smoke test (no timing assertions)."""
+    from codes.checks.script_cluster_bench import markdown, run_benchmark
+
+    report = run_benchmark(aligner_build, None, cues=3, num_steps=2, threads=2, work=tmp_path, compare="words",
+                           log=lambda line: None)
+    assert [row["mode"] for row in report["rows"]] == ["without word captions", "with word captions"]
+    assert report["same_file"] and (tmp_path / "words.srt").is_file()
+    page = "\n".join(markdown(report, "python bench/script_cluster_bench.py --compare words ..."))
+    assert "what --caption_words adds" in page and "against without word captions" in page
