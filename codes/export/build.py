@@ -219,18 +219,9 @@ def build(request: BuildRequest) -> Path:
             codec_section = json.loads((staging / CODEC_MANIFEST).read_text())["codec"]
         else:
             codec_section = previous.codec["codec"] if previous.codec else None
-        asr_files = []
-        if request.builds_asr:
-            asr_files = _build_asr(request, staging, work)
-            asr_section = asr_build.manifest_section(staging / specs.ASR_DIR)
-        else:
-            asr_section = asr_build.manifest_section(output / specs.ASR_DIR) if previous.asr else None
-        aligner_files = []
-        if request.builds_aligner:
-            aligner_files = _build_aligner(request, staging, work)
-            aligner_section = asr_build.manifest_section(staging / specs.ALIGNER_DIR)
-        else:
-            aligner_section = asr_build.manifest_section(output / specs.ALIGNER_DIR) if previous.aligner else None
+        asr_files, asr_section = _whisper_part(request, specs.ASR_DIR, staging, work, output, previous.asr)
+        aligner_files, aligner_section = _whisper_part(request, specs.ALIGNER_DIR, staging, work, output,
+                                                       previous.aligner)
         body.update(_describe(request, profile))
         for key in ("higgs_tokenizer", "asr", "aligner"):
             body.pop(key, None)
@@ -475,23 +466,22 @@ def _build_codec(request: BuildRequest, profile: Profile, staging: Path, work: P
     return [f"{specs.HIGGS_DIR}/{name}" for name in files] + [CODEC_MANIFEST]
 
 
-def _build_aligner(request: BuildRequest, staging: Path, work: Path) -> list[str]:
-    """The aligner folder (a Whisper that times words), staged with its own manifest and probed like the recogniser."""
-    aligner_dir = _timed(request, "aligner", asr_build.build_asr, request.aligner_model, staging,
-                         request.aligner_precision, work / "aligner", specs.ALIGNER_DIR, request.aligner_heads)
-    _timed(request, "aligner_probe", asr_build.probe_recogniser, aligner_dir, request.aligner_model,
+def _whisper_part(request: BuildRequest, folder_name: str, staging: Path, work: Path, output: Path,
+                  previous: dict | None) -> tuple[list[str], dict | None]:
+    """A Whisper folder, the recogniser (asr/) or the aligner (aligner/): built, staged with its own manifest
+    and probed while still staged (one that fails, or crashes, is never installed), or the previous build's
+    kept; its files relative to the build, and the main manifest's section."""
+    builds, model, precision, heads = ((request.builds_asr, request.asr_model, request.recogniser_precision, None)
+                                       if folder_name == specs.ASR_DIR else
+                                       (request.builds_aligner, request.aligner_model, request.aligner_precision,
+                                        request.aligner_heads))
+    if not builds:
+        return [], asr_build.manifest_section(output / folder_name) if previous else None
+    key = "asr" if folder_name == specs.ASR_DIR else "aligner"
+    folder = _timed(request, key, asr_build.build_asr, model, staging, precision, work / key, folder_name, heads)
+    _timed(request, f"{key}_probe", asr_build.probe_recogniser, folder, model,
            "cuda" if request.profile.execution_provider == "CUDAExecutionProvider" else "cpu")
-    return asr_build.written_files(aligner_dir)
-
-
-def _build_asr(request: BuildRequest, staging: Path, work: Path) -> list[str]:
-    """The recogniser folder, staged with its own manifest; returns its files relative to the build."""
-    asr_dir = _timed(request, "asr", asr_build.build_asr, request.asr_model, staging, request.recogniser_precision,
-                     work / "asr")
-    # Probed while still staged: a recogniser that fails (or crashes) is never installed.
-    _timed(request, "asr_probe", asr_build.probe_recogniser, asr_dir, request.asr_model,
-           "cuda" if request.profile.execution_provider == "CUDAExecutionProvider" else "cpu")
-    return asr_build.written_files(asr_dir)
+    return asr_build.written_files(folder), asr_build.manifest_section(folder)
 
 
 def _graph_entry(path: Path, folder: Path, precision: str, built_with: str) -> dict:

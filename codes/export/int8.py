@@ -160,8 +160,9 @@ def quantize_graph(model: onnx.ModelProto, scheme: Int8Scheme,
 
     prepared: dict[str, dict] = {}
     new_nodes = []
+    target_ids = {id(node) for node in targets}
     for node in graph.node:
-        if node not in targets:
+        if id(node) not in target_ids:
             new_nodes.append(node)
             continue
         a = node.input[0]
