@@ -5,9 +5,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 DEMO   := models/demo-cpu
 CHROMIUM := /usr/bin/chromium
+EPUBCHECK := /usr/share/java/epubcheck.jar
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: setup browser demo test test-durations clean
+.PHONY: setup browser checkers demo test test-durations clean
 
 # The agent plugins are installed packages (not the checkout's files): a change to them is installed again.
 PLUGINS := $(wildcard integrations/*/pyproject.toml integrations/livekit/livekit/plugins/omnivoice/*.py \
@@ -29,17 +30,24 @@ $(CHROMIUM):
 
 browser: $(CHROMIUM)
 
+# The read-along EPUB's checker (tests/runtime/test_book.py): Debian's epubcheck, the W3C's own, on Java.
+$(EPUBCHECK):
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq epubcheck
+
+checkers: $(EPUBCHECK)
+
 demo: setup
 	$(PY) optimize.py --model tiny-random --device cpu --include-higgs --output $(DEMO) --overwrite
 	$(PY) eval.py --mode equiv --model_dir $(DEMO)
 	$(PY) inference.py --model_dir $(DEMO) --text "Hello from OmniVoice, running on ONNX Runtime." \
 		--language en --seed 0 --output demo.wav
 
-test: setup browser
+test: setup browser checkers
 	$(PY) -m pytest -q -n auto --maxprocesses 4 tests
 
 # The suite with its slowest tests and fixtures (a fixture's time shows as its first user's "setup").
-test-durations: setup browser
+test-durations: setup browser checkers
 	$(PY) -m pytest -q -n auto --maxprocesses 4 tests --durations=40 --durations-min=1
 
 clean:

@@ -8,6 +8,8 @@
   python inference.py --model_dir DIR --script dialogue.txt --speaker Alice=alice.npz --speaker "Bob=instruct:male" \
       --output dialogue.wav --captions dialogue.srt          # or an .srt/.vtt dubbed cue by cue (docs/scripts.md)
   python inference.py --model_dir DIR --text "..." --output out.wav --captions out.vtt --caption_words   # word timings
+  python inference.py --model_dir DIR --script book.epub --output book.m4b --chapters chapters/ \
+      --read_along read-along.epub --acx                    # an audiobook (docs/books.md)
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from codes.runtime.settings import add_generation_flags, settings_from_flags
 
 # How a script's files are named in its errors: by the flags that give them.
 OUTPUT_FLAGS = {"output": "--output", "captions": "--captions", "stems": "--stems"}
+# A book's own flags (valued, and switches): refused with anything but a book.
+BOOK_FLAGS = ("paragraph_gap", "chapter_gap", "dialogue_voice", "skip", "chapters", "chapter_format", "read_along",
+              "loudness", "true_peak")
+BOOK_SWITCHES = ("no_titles", "read_toc", "read_page_numbers", "read_footnotes", "acx")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -45,10 +51,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                  '"speed"?} per line, or upstream\'s test list (id, ref_audio, '
                                                  'ref_text, language_id, ...); --output is then a folder')
     what.add_argument("--script", type=Path, help="a script: a dialogue (.txt), subtitles (.srt, .vtt) or segments "
-                                                  "(.jsonl), spoken into one track (docs/scripts.md)")
+                                                  "(.jsonl), spoken into one track (docs/scripts.md); or a book "
+                                                  "(.epub, .md, .html; plain text with --script_format book) read "
+                                                  "into a chaptered audiobook (docs/books.md)")
     script = p.add_argument_group("scripts (--script)")
-    script.add_argument("--script_format", choices=("text", "srt", "vtt", "jsonl"),
-                        help="the script's format (default: by extension; anything else is a text script)")
+    script.add_argument("--script_format", choices=("text", "srt", "vtt", "jsonl", "epub", "markdown", "html", "book"),
+                        help="the script's format (default: by extension; anything else is a text script); book: "
+                             "plain text read as a book, chapters at its chapter lines")
     script.add_argument("--speaker", action="append", metavar="NAME=VOICE",
                         help="a speaker and its voice: a voice file (.npz, .pt), a clip (.wav, ... or clip:PATH, "
                              "|transcript optional), instruct:<attributes> or auto; repeat for each; the first "
@@ -70,13 +79,38 @@ def parse_args(argv=None) -> argparse.Namespace:
     script.add_argument("--actors", type=int, help="with --ray: how many actors (default: as many as the CPUs allow)")
     script.add_argument("--threads_per_actor", "--threads-per-actor", type=int, default=1,
                         help="with --ray: ONNX Runtime threads of each actor (default 1)")
+    book = p.add_argument_group("books (--script book.epub, .md, .html, or --script_format book; docs/books.md)")
+    book.add_argument("--paragraph_gap", type=float, help="seconds of silence between paragraphs (default 0.6)")
+    book.add_argument("--chapter_gap", type=float, help="seconds of silence between chapters (default 2)")
+    book.add_argument("--no_titles", action="store_true", help="do not speak the chapters' titles")
+    book.add_argument("--dialogue_voice", metavar="VOICE", help="a second voice (as --speaker takes one) for what is "
+                                                                "in the language's quotation marks")
+    book.add_argument("--skip", metavar="PARTS", help="the parts of the book left out, separated by commas, or none "
+                                                      "(default: cover,titlepage,copyright,toc,index,colophon,"
+                                                      "bibliography,notes)")
+    book.add_argument("--read_toc", action="store_true", help="read tables of contents and navigation too")
+    book.add_argument("--read_page_numbers", action="store_true", help="read printed page numbers too")
+    book.add_argument("--read_footnotes", action="store_true", help="read footnote markers and notes too")
+    book.add_argument("--chapters", type=Path, help="also write one file a chapter into this folder (made if missing), "
+                                                    "named by number and title")
+    book.add_argument("--chapter_format", choices=("mp3", "m4a", "wav", "flac", "ogg"),
+                      help="the chapter files' format (default: the output's; m4a for .m4b; mp3 with --acx)")
+    book.add_argument("--read_along", type=Path, help="also write an EPUB 3 whose media overlays time every sentence "
+                                                      "(every word with --caption_words) to the audio")
+    book.add_argument("--loudness", type=float, metavar="LUFS", help="level each chapter to this integrated "
+                                                                     "loudness (ITU-R BS.1770), e.g. -19")
+    book.add_argument("--true_peak", type=float, help="with --loudness: the true-peak ceiling in dBTP (default -1)")
+    book.add_argument("--acx", action="store_true", help="chapters as ACX asks: RMS -20 dB under a -3.5 dB peak, "
+                                                         "0.75 s head and 2 s tail, MP3 192 kbps at 44.1 kHz; prints "
+                                                         "each chapter's pass or fail")
     captions = p.add_argument_group("captions (--script, or --text alone)")
     captions.add_argument("--captions", type=Path, help="also write captions (.srt or .vtt): each segment's speech at its "
                                                         "sample offsets in the output")
     captions.add_argument("--caption_words", action="store_true",
                           help="word-level --captions, each word timed by the build's recogniser (optimize.py "
                                "--include-asr): an SRT cue per word, a VTT cue per segment with a timestamp per word")
-    p.add_argument("--output", type=Path, default=Path("output.wav"), help="WAV file (or folder for batches)")
+    p.add_argument("--output", type=Path, default=Path("output.wav"),
+                   help="WAV file (or folder for batches); a book also .m4b/.m4a (AAC) or .mp3, with chapter marks")
     p.add_argument("--float_wav", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
     p.add_argument("--codes_out", type=Path, help="also save the generated codes [8,T] int64 (.npy; batches: a folder)")
     p.add_argument("--language", help="language id or name (e.g. en, English); unknown ones fall back to none")
@@ -119,12 +153,14 @@ def main(argv=None) -> int:
     from codes.runtime.request import Voice
 
     settings = settings_from_flags(args)
-    if args.caption_words and args.captions is None:
-        raise UserError("--caption_words makes --captions word level; give --captions FILE.srt or FILE.vtt")
+    if args.caption_words and args.captions is None and args.read_along is None:
+        raise UserError("--caption_words makes --captions (or a book's --read_along) word level; give --captions "
+                        "FILE.srt or FILE.vtt")
     if args.script is not None:
         return _speak_script(args, settings)
     given = [flag for flag in ("script_format", "speaker", "gap", "overlap", "stems", "max_batch", "address", "actors")
-             if getattr(args, flag) is not None] + [flag for flag in ("no_ledger", "ray") if getattr(args, flag)]
+             + BOOK_FLAGS if getattr(args, flag) is not None] + [flag for flag in ("no_ledger", "ray") + BOOK_SWITCHES
+                                                                  if getattr(args, flag)]
     if given:
         raise UserError(f"--{given[0]} goes with --script")
     if args.captions is not None and args.text is None:
@@ -211,9 +247,11 @@ def main(argv=None) -> int:
 
 
 def _speak_script(args, settings) -> int:
+    """A script, or a book (docs/books.md): read, checked and every output checked before the model loads;
+    spoken with a ledger beside the output; written whole."""
+    from codes.runtime.book import book_format
     from codes.runtime.manifest import find_builds
-    from codes.runtime.script import (DEFAULT_SPEAKER, ScriptLedger, check_outputs, parse_speakers, read_script,
-                                      speak_script, write_outputs)
+    from codes.runtime.script import ScriptLedger
     from codes.runtime.synthesis import OmniVoiceOnnx
 
     for flag in ("instruct", "ref_audio", "ref_text", "voice", "save_voice", "duration", "num_audio_tokens", "codes_out"):
@@ -223,9 +261,8 @@ def _speak_script(args, settings) -> int:
     if args.max_batch is not None and args.max_batch < 1:
         raise UserError(f"--max_batch must be >= 1, got {args.max_batch}")
     placement = _ray_placement(args)
-    speakers = parse_speakers(args.speaker or ())
-    script = read_script(args.script, args.script_format, speakers, args.overlap or "error")
-    check_outputs(args.output, args.captions, args.stems, speakers or [DEFAULT_SPEAKER], args.script, labels=OUTPUT_FLAGS)
+    kind = book_format(args.script, args.script_format)
+    work = _BookWork(args, kind) if kind is not None else _ScriptWork(args)
     model_dir, higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     ledger = None if args.no_ledger else ScriptLedger(args.output, say=lambda line: print(line, file=sys.stderr))
     try:
@@ -238,15 +275,13 @@ def _speak_script(args, settings) -> int:
             # None: the format's own (on for text pieces, off for cues); given: for every piece.
             postprocess = None if args.postprocess_output is None and not args.no_postprocess \
                 else settings.postprocess_output
-            bar = None if args.quiet else _segment_bar(len(script.segments))
             start = time.perf_counter()
-            rendered = speak_script(tts, script, speakers, gap=args.gap or 0.0, seed=args.seed,
-                                    language=args.language, speed=args.speed, normalize_text=args.normalize_text,
-                                    postprocess=postprocess, max_batch=args.max_batch, settings=settings,
-                                    on_progress=bar, caption_words=args.caption_words, ledger=ledger, ray=placement)
+            rendered = work.speak(tts, dict(gap=args.gap or 0.0, seed=args.seed, language=args.language,
+                                            speed=args.speed, normalize_text=args.normalize_text,
+                                            postprocess=postprocess, max_batch=args.max_batch, settings=settings,
+                                            caption_words=args.caption_words, ledger=ledger, ray=placement))
             elapsed, seconds = time.perf_counter() - start, len(rendered.audio) / rendered.sample_rate
-            written = write_outputs(rendered, args.output, args.captions, args.stems, args.float_wav,
-                                    ledger.folder if ledger is not None else None)
+            written = work.write(rendered, ledger.folder if ledger is not None else None)
             if ledger is not None:
                 ledger.finish()
     except KeyboardInterrupt:
@@ -260,10 +295,100 @@ def _speak_script(args, settings) -> int:
     for path in written:
         if not args.quiet:
             print(f"wrote {path}", file=sys.stderr)
+    work.report()
     print(f"RTF {elapsed / max(seconds, 1e-9):.3f} ({elapsed:.2f} s for {seconds:.2f} s of audio, "
           f"{len(rendered.captions)} segments)")
     print(f"spoke {rendered.spoken} of {len(rendered.captions)} segments, reused {rendered.reused}")
     return 0
+
+
+class _ScriptWork:
+    """A script: its speakers, its outputs (the mix, captions, stems)."""
+
+    def __init__(self, args):
+        from codes.runtime.script import DEFAULT_SPEAKER, check_outputs, parse_speakers, read_script
+
+        given = [flag for flag in BOOK_FLAGS if getattr(args, flag) is not None] + \
+            [flag for flag in BOOK_SWITCHES if getattr(args, flag)]
+        if given:
+            raise UserError(f"--{given[0]} is for books (.epub, .md, .html, or --script_format book), and "
+                            f"{args.script} is a script")
+        self.args = args
+        self.speakers = parse_speakers(args.speaker or ())
+        self.script = read_script(args.script, args.script_format, self.speakers, args.overlap or "error")
+        check_outputs(args.output, args.captions, args.stems, self.speakers or [DEFAULT_SPEAKER], args.script,
+                      labels=OUTPUT_FLAGS)
+
+    def speak(self, tts, options):
+        from codes.runtime.script import speak_script
+
+        bar = None if self.args.quiet else _segment_bar(len(self.script.segments))
+        return speak_script(tts, self.script, self.speakers, on_progress=bar, **options)
+
+    def write(self, rendered, part_folder):
+        from codes.runtime.script import write_outputs
+
+        return write_outputs(rendered, self.args.output, self.args.captions, self.args.stems, self.args.float_wav,
+                             part_folder)
+
+    def report(self):
+        pass
+
+
+class _BookWork:
+    """A book: read (and refused if damaged, locked or empty) and checked before the model loads; its files
+    are the audiobook's (docs/books.md); the loudness report is printed after them."""
+
+    def __init__(self, args, kind: str):
+        from codes.runtime.book import (DIALOGUE_SPEAKER, BookFiles, Reading, ReadingChoices, book_script,
+                                        book_speakers, check_book_files, parse_skip, read_book)
+        from codes.runtime.script import check_break, parse_speakers, parse_voice
+
+        misplaced = next((flag for flag in ("stems", "gap", "overlap") if getattr(args, flag) is not None), None)
+        if misplaced:
+            raise UserError(f"--{misplaced} is for scripts; a book's pauses are --paragraph_gap and --chapter_gap")
+        self.args = args
+        self.speakers = parse_speakers(args.speaker or ())
+        self.dialogue = parse_voice(args.dialogue_voice) if args.dialogue_voice is not None else None
+        book_speakers(self.speakers, self.dialogue)  # a clash with --speaker fails here, before any work
+        choices = ReadingChoices(parse_skip(args.skip), args.read_toc, args.read_page_numbers, args.read_footnotes)
+        book = read_book(args.script, kind, choices)
+        gaps = {name: check_break(value, f"--{name}") for name in ("paragraph_gap", "chapter_gap")
+                if (value := getattr(args, name)) is not None}
+        self.book = book_script(book, Reading(**gaps, titles=not args.no_titles, language=args.language,
+                                              dialogue_speaker=DIALOGUE_SPEAKER if self.dialogue else None))
+        self.files = BookFiles(args.output, args.chapters, args.chapter_format, args.captions, args.read_along,
+                               args.loudness, -1.0 if args.true_peak is None else args.true_peak, args.acx,
+                               args.float_wav)
+        check_book_files(self.files, args.script)
+        self.table = ""
+        if book.left_out:
+            print(f"left out of {args.script}: {', '.join(book.left_out)} (see --skip)", file=sys.stderr)
+
+    def speak(self, tts, options):
+        from codes.runtime.book import speak_book
+
+        options.pop("gap")
+        bar = None if self.args.quiet else _segment_bar(len(self.book.script.segments), self._chapter)
+        return speak_book(tts, self.book, self.speakers, dialogue_voice=self.dialogue, on_progress=bar, **options)[1]
+
+    def _chapter(self, done: int) -> str:
+        chapters = self.book.book.chapters
+        number = self.book.chapter_of(min(done, len(self.book.spots) - 1))
+        return f"chapter {number + 1}/{len(chapters)} {chapters[number].title[:30]}"
+
+    def write(self, rendered, part_folder):
+        from codes.runtime.book import write_book
+
+        written, self.table = write_book(self.book, rendered, self.files, part_folder)
+        return written
+
+    def report(self):
+        """The loudness table: a result with --loudness or --acx (standard output), else a note (standard error)."""
+        if self.args.loudness is not None or self.args.acx:
+            print(self.table)
+        elif not self.args.quiet:
+            print(self.table, file=sys.stderr)
 
 
 def _ray_placement(args):
@@ -294,14 +419,16 @@ def _sigterm_interrupts():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _segment_bar(total: int):
+def _segment_bar(total: int, describe=None):
     """Segments done of total, the audio seconds spoken and an ETA; segments kept from an earlier run count as
-    done from the start, not in the rate."""
+    done from the start, not in the rate. describe(done): what is being spoken (a book: its chapter)."""
     from tqdm import tqdm
 
     bar = tqdm(total=total, desc="segments", unit="segment", leave=False)
 
     def on_progress(done: int, total: int, seconds: float):
+        if describe is not None:
+            bar.set_description(describe(done), refresh=False)
         if seconds == 0:  # a kept segment, before anything is spoken
             bar.n = bar.initial = done
             bar.refresh()

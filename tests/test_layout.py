@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+
+import pytest
 from pathlib import Path
 
 from helpers.scripts import ROOT
@@ -119,14 +121,15 @@ def test_the_serve_wing_is_folders_whose_imports_run_down():
     assert not {name: up for name, up in climbing.items() if up}, "modules below the state reach it"
 
 
-def test_the_script_package_is_entered_by_its_front_door():
+@pytest.mark.parametrize("package", ["codes.runtime.script", "codes.runtime.book"])
+def test_the_script_and_book_packages_are_entered_by_their_front_doors(package):
     inner = [(name, target) for name, targets in import_graph().items() for target in targets
-             if target.startswith("codes.runtime.script.") and not name.startswith("codes.runtime.script")]
-    assert not inner, f"modules past codes.runtime.script's front door: {inner}"
+             if target.startswith(package + ".") and not name.startswith(package)]
+    assert not inner, f"modules past {package}'s front door: {inner}"
     for script in ("inference.py", "corpus.py", "serve.py", "eval.py"):
         imported = {node.module for node in ast.walk(ast.parse((ROOT / script).read_text(encoding="utf-8")))
                     if isinstance(node, ast.ImportFrom) and node.module}
-        assert not any(module.startswith("codes.runtime.script.") for module in imported), script
+        assert not any(module.startswith(package + ".") for module in imported), script
 
 
 def test_doors_turn_a_voice_name_into_a_voice_only_through_the_resolver():

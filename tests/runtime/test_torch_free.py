@@ -21,6 +21,7 @@ RUNTIME_MODULES = [
     "codes.runtime.normalize",
     "codes.runtime.api",
     "codes.runtime.script",
+    "codes.runtime.book",
     "codes.runtime.asr",
     "codes.runtime.alignment",
 ]
@@ -69,6 +70,13 @@ def test_runtime_runs_in_a_venv_with_only_the_runtime_requirements(builds, tmp_p
                                "--captions", str(tmp_path / "dialogue.vtt")], capture_output=True, text=True, timeout=300)
     assert scripted.returncode == 0, scripted.stderr
     assert (tmp_path / "dialogue.vtt").read_text().count("-->") == 2
+    (tmp_path / "book.md").write_text("# One\n\nThe first chapter.\n\n# Two\n\nThe second “one”.\n", encoding="utf-8")
+    booked = subprocess.run([str(python), str(REPO_ROOT / "inference.py"), "--model_dir", str(model_dir), "--script",
+                             str(tmp_path / "book.md"), "--num_steps", "4", "--quiet", "--output", str(tmp_path / "book.m4b"),
+                             "--chapters", str(tmp_path / "chapters"), "--read_along", str(tmp_path / "read-along.epub"),
+                             "--acx"], capture_output=True, text=True, timeout=300)
+    assert booked.returncode == 0, booked.stderr
+    assert len(list((tmp_path / "chapters").glob("*.mp3"))) == 2 and (tmp_path / "read-along.epub").is_file()
     round_trip = subprocess.run([str(python), str(REPO_ROOT / "higgs_inference.py"), "--models-dir",
                                  str(model_dir / "audio_tokenizer"), "--input", str(tmp_path / "out.wav"),
                                  "--output", str(tmp_path / "rt.wav")], capture_output=True, text=True, timeout=300)

@@ -32,19 +32,20 @@ from codes.runtime.script.ledger import ScriptLedger
 from codes.runtime.script.parse import FORMATS, parse_script, read_script
 from codes.runtime.script.pieces import PIECE_SUFFIX, StoredPiece, read_piece, write_piece
 from codes.runtime.script.plan import Job, ScriptPlan, ScriptRun, plan_script
-from codes.runtime.script.segments import Break, Script, ScriptBounds, Segment, check_bounds, natural_seconds
+from codes.runtime.script.segments import (Break, Script, ScriptBounds, Segment, check_bounds, check_break,
+                                           natural_seconds)
 from codes.runtime.script.speak import speak_script
 from codes.runtime.script.speakers import (DEFAULT_SPEAKER, SpeakerVoice, VoiceSpec, parse_speakers, parse_voice,
                                            resolve_speakers, resolve_voice)
 from codes.runtime.script.subtitles import OVERLAPS, caption_text, format_timestamp
-from codes.runtime.script.text_input import check_name
+from codes.runtime.script.text_input import check_name, decode
 from codes.runtime.script.timeline import Caption, RenderedScript, Timeline, utterance_caption
 from codes.runtime.script.words import align_captions, caption_words
 
 __all__ = ["Assembly", "Break", "CAPTION_SUFFIXES", "Caption", "DEFAULT_SPEAKER", "FORMATS", "Job", "OVERLAPS",
            "PIECE_SUFFIX", "RayPlacement", "RenderedScript", "Script", "ScriptBounds", "ScriptLedger", "ScriptPlan",
            "ScriptRun", "Segment", "SpeakerVoice", "StoredPiece", "Timeline", "VoiceSpec", "align_captions",
-           "caption_text", "caption_words", "check_bounds", "check_name", "check_outputs", "format_timestamp",
+           "caption_text", "caption_words", "check_bounds", "check_break", "check_name", "check_outputs", "decode", "format_timestamp",
            "natural_seconds", "parse_script", "parse_speakers", "parse_voice", "piece_fingerprints", "plan_script",
            "read_piece", "read_script", "render_plan", "resolve_speakers", "resolve_voice", "speak_script",
            "utterance_caption", "write_captions", "write_outputs", "write_piece"]
