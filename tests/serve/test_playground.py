@@ -499,6 +499,29 @@ def test_the_script_tab_dubs_an_uploaded_srt_into_its_time_slots(visit, tmp_path
     assert opened.errors == []
 
 
+def test_the_script_tab_reads_an_uploaded_epub_and_lists_its_chapters(visit, server, tmp_path):
+    from codes.checks.sample_book import sample_book, write_epub
+
+    written = sample_book(120, 2)
+    book = tmp_path / "harbour.epub"
+    book.write_bytes(write_epub(written))
+    page = (opened := visit()).page
+    open_script_tab(page)
+    page.get_by_label("Script file").set_input_files(book)
+    expect(page.get_by_role("combobox", name="Script format", exact=True)).to_have_value("epub")
+    expect(page.get_by_role("textbox", name="Script", exact=True)).to_have_value(re.compile("harbour.epub: an EPUB"))
+    body = speak_script(page)
+    assert body["format"] == "epub" and base64.b64decode(body["script"]) == book.read_bytes()
+    chapters = page.get_by_role("list", name="Chapters").get_by_role("button")
+    expect(chapters).to_have_count(2)
+    expect(chapters.first).to_have_text(re.compile(f"^{re.escape(written.chapters[0].title)} \\(0:00\\)$"))
+    chapters.nth(1).click()  # plays from the second chapter's first speech
+    expect(page.locator("#script-player")).to_have_js_property("paused", False)
+    assert page.eval_on_selector("#script-player", "player => player.currentTime") > 1
+    expect(page.get_by_role("alert")).to_have_text("")
+    assert opened.errors == []
+
+
 def test_the_same_page_works_through_serve_py_ray(visit, served_build, tmp_path):
     """One Ray replica behind Ray Serve's proxy: the page, the key and the streamed speech pass through it."""
     from test_cluster import _alive, _descendants

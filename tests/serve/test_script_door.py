@@ -234,3 +234,59 @@ def test_mcp_speak_script_returns_the_track_its_segments_and_captions(server):
     written = [server.out / name for name in [p.split("/")[-1] for p in summary["written"]]]
     assert [p.suffix for p in written] == [".wav", ".srt"] and all(p.is_file() for p in written)
     assert bad.is_error and "format must be one of" in bad.content[0].text
+
+
+def test_an_epub_through_the_script_door_is_the_runtimes_book_with_its_chapters(server, served_build, tmp_path):
+    """A book's file in base64 (format epub): read as inference.py reads it, its quotations by the speaker named
+    Dialogue; the answer's chapters start where each chapter's first segment's speech starts."""
+    from codes.checks.sample_book import sample_book, write_epub
+    from codes.runtime.book import Reading, book_script, parse_book
+    from codes.runtime.script import speak_script
+    from codes.runtime.synthesis import OmniVoiceOnnx
+    from codes.serve.core.encode import pcm16
+
+    written = sample_book(150, 2)
+    data = write_epub(written)
+    speakers = {"Narrator": "instruct:female, low pitch", "Dialogue": "instruct:male, high pitch"}
+    done = post(server, {"script": base64.b64encode(data).decode("ascii"), "format": "epub", "speakers": speakers,
+                         **SETTINGS}).json()
+    assert done["book"]["title"] == written.title and done["book"]["author"] == written.author
+    chapters = done["book"]["chapters"]
+    assert [c["title"] for c in chapters] == [c.title for c in written.chapters]
+    assert [c["start"] for c in chapters] == [done["segments"][c["first_segment"]]["start"] for c in chapters]
+    assert {s["speaker"] for s in done["segments"]} == {"Narrator", "Dialogue"}
+    book = book_script(parse_book(data, "epub"), Reading(dialogue_speaker="Dialogue"))
+    tts = OmniVoiceOnnx(served_build, threads=1)
+    rendered = speak_script(tts, book.script, speakers, seed=SETTINGS["seed"],
+                            **{k: v for k, v in SETTINGS.items() if k != "seed"})
+    np.testing.assert_array_equal(samples(base64.b64decode(done["audio"])),
+                                  np.frombuffer(pcm16(rendered.audio, RATE), np.int16))
+    text = "# A Title\n\n## One\n\nFirst words.\n\n## Two\n\nSecond words.\n"
+    markdown = post(server, {"script": text, "format": "markdown", "speakers": {"Narrator": "alloy"}, **SEEDED}).json()
+    assert [c["title"] for c in markdown["book"]["chapters"]] == ["One", "Two"]
+
+    async def call():  # MCP's speak_script takes a book as the HTTP door does
+        transport = streamable_http_client(f"{server.url}/mcp", http_client=create_mcp_http_client(headers=headers()))
+        async with Client(transport) as client:
+            return await client.call_tool("speak_script", {"script": text, "format": "markdown",
+                                                           "speakers": {"Narrator": "alloy"}, **SEEDED})
+
+    spoken = asyncio.run(call())
+    assert not spoken.is_error
+    audio, summary, _ = spoken.content
+    assert json.loads(summary.text)["book"] == markdown["book"]
+    np.testing.assert_array_equal(samples(base64.b64decode(audio.data)), samples(base64.b64decode(markdown["audio"])))
+
+
+def test_a_bad_book_is_refused_before_any_work(bounded):
+    from codes.checks.sample_book import sample_book, write_epub
+
+    def refused(body: dict, status: int, fragment: str):
+        answer = httpx.post(f"{bounded.url}/v1/audio/script", json=body, timeout=WAIT)
+        assert answer.status_code == status, answer.text
+        assert fragment in answer.json()["error"]["message"], answer.text
+
+    refused({"script": "not base64 at all!", "format": "epub"}, 400, "base64")
+    refused({"script": base64.b64encode(b"PK\x03\x04 a cut zip").decode(), "format": "epub"}, 400, "not a readable EPUB")
+    big = base64.b64encode(write_epub(sample_book(100, 1))).decode()  # a cover image and all: over 2000 bytes
+    refused({"script": big, "format": "epub"}, 413, "--max-script-bytes")

@@ -31,6 +31,7 @@ import time
 
 from codes.common.errors import UserError
 from codes.common.journal import fingerprint
+from codes.runtime.book import BOOK_FORMATS, DIALOGUE_SPEAKER, BookScript, Reading, book_script, parse_book
 from codes.runtime.chunks import TextStream, stream_chunks
 from codes.runtime.engine import QueueFull
 from codes.runtime.normalize import normalize_text
@@ -39,7 +40,7 @@ from codes.runtime.script import (ScriptBounds, SpeakerVoice, check_bounds, chec
 from codes.runtime.request import Voice
 from codes.runtime.settings import SCRIPT_MAX_BATCH
 from codes.runtime.voice_design import resolve_language
-from codes.serve.core.params import ScriptParams, SpeechParams
+from codes.serve.core.params import ScriptParams, SpeechParams, book_bytes
 from codes.serve.core.script_stream import ScriptStream
 from codes.serve.core.sentences import SentenceStream, SpokenPiece, past_deadline, settle_sentences
 from codes.serve.core.state import ServerState
@@ -361,6 +362,7 @@ class ScriptRequest(RequestLife):
         self.params = params
         self.job: ScriptStream | None = None
         self.keeping: list[asyncio.Future] = []  # pieces being written to the store (--script-cache-bytes)
+        self.book: BookScript | None = None  # a book's script: its chapters
 
     def _seconds_allowed(self) -> float:
         return self.state.config.limits.script_seconds
@@ -421,11 +423,20 @@ class ScriptRequest(RequestLife):
         return keys, {index: piece for index, name in enumerate(keys) if (piece := store.get(name)) is not None}
 
     def _read(self):
-        """The script, parsed and held to the server's bounds (400 naming the line or cue, or the bound)."""
+        """The script, parsed and held to the server's bounds (400 naming the line or cue, or the bound). A book
+        is read as inference.py reads one (codes/runtime/book), its dialogue spoken by a speaker named
+        "Dialogue" where the request declares one."""
         limits, params = self.state.config.limits, self.params
         try:
-            script = parse_script(params.script, params.script_format, list(params.speakers), params.overlap,
-                                  f"script ({params.script_format})")
+            if params.script_format in BOOK_FORMATS:
+                self.book = book_script(parse_book(book_bytes(params), params.script_format,
+                                                   source=f"script ({params.script_format})"),
+                                        Reading(dialogue_speaker=DIALOGUE_SPEAKER if DIALOGUE_SPEAKER in params.speakers
+                                                else None, language=params.language))
+                script = self.book.script
+            else:
+                script = parse_script(params.script, params.script_format, list(params.speakers), params.overlap,
+                                      f"script ({params.script_format})")
             check_bounds(script, ScriptBounds(limits.max_script_segments, limits.max_script_chars,
                                               limits.max_script_seconds))
         except UserError as exc:

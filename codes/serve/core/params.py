@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from codes.common.errors import UserError
 from codes.runtime.request import needs_transcript
 from codes.runtime.script import CAPTION_SUFFIXES, OVERLAPS
-from codes.runtime.script import FORMATS as SCRIPT_FORMATS
+from codes.runtime.book import BOOK_FORMATS
+from codes.runtime.script import FORMATS
 from codes.runtime.settings import SWITCHES, TUNABLE, GenerationSettings
 from codes.serve.core.encode import check_format
 from codes.serve.edge.errors import RequestError
@@ -189,6 +190,7 @@ def parse_speech(body, limits: Limits, defaults: GenerationSettings, streamed_te
 
 
 CAPTION_FORMATS = tuple(dict.fromkeys(CAPTION_SUFFIXES.values()))
+SCRIPT_FORMATS = FORMATS + BOOK_FORMATS  # a book: its text, or an EPUB's bytes in base64 (docs/books.md)
 SCRIPT_STREAM_FORMATS = ("json", "sse")
 SCRIPT_FIELDS = {"model", "script", "format", "speakers", "voice", "gap", "overlap", "response_format",
                  "stream_format", "captions", "caption_words", "language", "speed", "seed", "normalize_text", *TUNABLE, *SWITCHES}
@@ -235,8 +237,8 @@ def parse_script_request(body, limits: Limits, defaults: GenerationSettings, nor
     _text(body, "model", limit=64)
     script = _text(body, "script", required=True)
     if not script.strip():
-        raise RequestError(400, "script is empty; send the script's text (a dialogue, SRT, WebVTT or JSONL)",
-                           "script")
+        raise RequestError(400, "script is empty; send the script's text (a dialogue, SRT, WebVTT or JSONL), or a "
+                                "book's (Markdown, HTML, plain text; an EPUB in base64)", "script")
     speakers = body.get("speakers")
     voice = _text(body, "voice", limit=64)
     if speakers is None:  # one voice speaks everything
@@ -269,6 +271,16 @@ def parse_script_request(body, limits: Limits, defaults: GenerationSettings, nor
                         _text(body, "language", limit=limits.max_language_chars), speed, seed, settings,
                         _switch(body, "postprocess_output"), normalize if normalize_text is None else normalize_text,
                         bool(_switch(body, "caption_words")))
+
+
+def book_bytes(params: ScriptParams) -> bytes | str:
+    """A book request's file: an EPUB's bytes from its base64, any other book's text as it came."""
+    if params.script_format != "epub":
+        return params.script
+    try:
+        return base64.b64decode(params.script, validate=True)
+    except (binascii.Error, ValueError):
+        raise UserError("an EPUB is sent as the file's bytes in base64; script is not base64") from None
 
 
 def design_instructions(body) -> str:

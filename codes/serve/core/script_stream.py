@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from codes.runtime.book import chapter_spans
 from codes.runtime.engine import QueueFull, WorkItem
 from codes.runtime.script import (Assembly, Job, RenderedScript, ScriptPlan, ScriptRun, StoredPiece, align_captions,
                                   caption_text)
@@ -187,9 +188,10 @@ class ScriptStream:
             "total": since(time.perf_counter(), self.received_at)})
 
 
-def script_summary(rendered: RenderedScript, response_format: str, captions: str | None) -> dict:
+def script_summary(rendered: RenderedScript, response_format: str, captions: str | None, book=None) -> dict:
     """What every door answers of a finished script beside its audio: its length, each segment's place on the
-    track (seconds, the speech without its pads) and, in `captions` (srt, vtt, or None), its captions."""
+    track (seconds, the speech without its pads), in `captions` (srt, vtt, or None) its captions, and for a
+    book (a BookScript) its title, author and chapters, each where its first speech starts."""
     rate = rendered.sample_rate
     summary = {"response_format": response_format, "sample_rate": rate, "duration": len(rendered.audio) / rate,
                "segments_spoken": rendered.spoken, "segments_reused": rendered.reused,
@@ -200,4 +202,8 @@ def script_summary(rendered: RenderedScript, response_format: str, captions: str
                             for c in rendered.captions]}
     if captions is not None:
         summary.update(captions_format=captions, captions=caption_text(rendered.captions, captions, rate))
+    if book is not None:
+        summary["book"] = {"title": book.book.title, "author": book.book.author, "chapters": [
+            {"title": span.title, "start": span.mark / rate, "end": span.end / rate, "first_segment": span.segments.start}
+            for span in chapter_spans(book, rendered)]}
     return summary

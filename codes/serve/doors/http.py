@@ -339,7 +339,7 @@ async def _script_events(scripting: ScriptRequest, params: ScriptParams):
         finally:
             if encoder is not None:
                 encoder.abort()
-    done = {"type": "script.done", **script_summary(rendered, params.response_format, params.captions)}
+    done = {"type": "script.done", **script_summary(rendered, params.response_format, params.captions, scripting.book)}
     if audio is not None:
         done["audio"] = base64.b64encode(audio).decode("ascii")
     yield done

@@ -114,7 +114,9 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
         """Speak a whole script in several voices into one track, with its captions. script: a dialogue
         ("Alice: Hello. <break time=\"500ms\"/> Bob: Hi."; a line starting with a declared speaker's name and a
         colon switches speaker), or subtitles to dub cue by cue in their time slots (format srt or vtt), or
-        JSONL segments; format: text, srt, vtt or jsonl. speakers: name -> voice, in order (the first speaks
+        JSONL segments, or a book read chapter by chapter (format markdown, html, book for plain text, or epub
+        with the file's bytes in base64; a speaker named "Dialogue" reads what is in quotation marks); format:
+        text, srt, vtt, jsonl, markdown, html, book or epub. speakers: name -> voice, in order (the first speaks
         what no speaker is marked on): a voice from list_voices, "instruct:female, low pitch" for a designed
         voice, or "auto". gap: seconds of silence where the speaker changes (dialogues); overlap: what
         overlapping cues do (error, trim, mix); captions: srt, vtt or none; caption_words: captions and segments
@@ -134,7 +136,7 @@ def build(state: ServerState, output_dir: Path | None = None) -> MCPServer:
                 rendered = await scripting.whole()
                 data = await loop.run_in_executor(scripting.model.encode_pool, encode_whole, rendered.audio,
                                                   params.response_format, SAMPLE_RATE)
-            summary = script_summary(rendered, params.response_format, params.captions)
+            summary = script_summary(rendered, params.response_format, params.captions, scripting.book)
             caption_text = summary.pop("captions", None)
             if output_dir is not None:
                 request_id = scripting.job.request_id

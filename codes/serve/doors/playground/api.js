@@ -87,7 +87,7 @@ export function base64Of(blob) {
   return new Promise((resolve, reject) => {
     const reader = new FileReader();
     reader.onload = () => resolve(reader.result.slice(reader.result.indexOf(",") + 1)); // after "data:...;base64,"
-    reader.onerror = () => reject(new Error(`the clip cannot be read (${reader.error})`));
+    reader.onerror = () => reject(new Error(`the file cannot be read (${reader.error})`));
     reader.readAsDataURL(blob);
   });
 }

@@ -2,14 +2,37 @@
 // POST /v1/audio/script as it streams (progress, the track in timeline order), then the audio and the captions
 // to download. The voices offered are the Speak tab's list (the server's), plus a design and auto.
 
-import { speakScript } from "./api.js";
+import { base64Of, speakScript } from "./api.js";
 import { StreamPlayer } from "./player.js";
 
 const $ = (id) => document.getElementById(id);
-const FORMATS = { ".srt": "srt", ".vtt": "vtt", ".jsonl": "jsonl", ".txt": "text" };
+const FORMATS = {
+  ".srt": "srt", ".vtt": "vtt", ".jsonl": "jsonl", ".txt": "text", ".md": "markdown", ".markdown": "markdown",
+  ".html": "html", ".htm": "html", ".xhtml": "html", ".epub": "epub",
+};
 let player = null;
+let epub = null; // an EPUB picked: its bytes in base64, sent in place of the text box (a zip is no text)
 let captionsUrl = null;
 let rows = 0; // speakers ever added: each row's controls get a number of their own
+
+// A book's chapters, each a button that plays from where its first speech starts.
+function showChapters(book) {
+  const list = $("script-chapters");
+  list.replaceChildren();
+  list.hidden = !book;
+  if (!book) return;
+  for (const chapter of book.chapters) {
+    const item = document.createElement("li");
+    const button = document.createElement("button");
+    button.type = "button";
+    const minutes = Math.floor(chapter.start / 60);
+    const seconds = String(Math.floor(chapter.start % 60)).padStart(2, "0");
+    button.textContent = `${chapter.title} (${minutes}:${seconds})`;
+    button.addEventListener("click", () => { $("script-player").currentTime = chapter.start; $("script-player").play(); });
+    item.append(button);
+    list.append(item);
+  }
+}
 
 // The voice picker's options: the server's voices as the Speak tab lists them, then a design and auto.
 function voiceOptions() {
@@ -111,10 +134,20 @@ export function setupScript(guarded, loadServer, timesWords) {
   $("script-file").addEventListener("change", () => guarded(async () => {
     const file = $("script-file").files[0];
     if (!file) return;
-    $("script-text").value = await file.text();
     const suffix = file.name.slice(file.name.lastIndexOf(".")).toLowerCase();
     $("script-format").value = FORMATS[suffix] || "text";
+    epub = FORMATS[suffix] === "epub" ? await base64Of(file) : null;
+    $("script-text").readOnly = epub !== null;
+    $("script-text").value = epub !== null ? `${file.name}: an EPUB of ${Math.round(file.size / 1024)} KB, read on the server`
+      : await file.text();
   }));
+  $("script-format").addEventListener("change", () => {
+    if ($("script-format").value !== "epub" && epub !== null) {
+      epub = null;
+      $("script-text").readOnly = false;
+      $("script-text").value = "";
+    }
+  });
 
   $("script-form").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -125,7 +158,9 @@ export function setupScript(guarded, loadServer, timesWords) {
     guarded(async () => {
       try {
         const captions = $("captions-format").value;
-        const request = { script: $("script-text").value, format: $("script-format").value, speakers: speakers(),
+        const format = $("script-format").value;
+        if (format === "epub" && epub === null) throw new Error("pick the EPUB with Script file");
+        const request = { script: format === "epub" ? epub : $("script-text").value, format, speakers: speakers(),
           response_format: "pcm", captions };
         if ($("gap").value && request.format !== "srt" && request.format !== "vtt") request.gap = Number($("gap").value);
         if ($("script-steps").value) request.num_steps = Number($("script-steps").value);
@@ -138,6 +173,7 @@ export function setupScript(guarded, loadServer, timesWords) {
           onAudio: (bytes) => player.push(bytes),
         });
         const total = done.segments.length;
+        showChapters(done.book);
         showProgress(total, total, `${total} of ${total} segments, ${done.duration.toFixed(1)} s: playing`);
         const link = $("script-download");
         link.href = await player.finish();
