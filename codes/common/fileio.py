@@ -83,3 +83,19 @@ def read_json_object(path: str | os.PathLike, fix: str) -> dict:
     if not isinstance(data, dict):
         raise UserError(f"{path} is not a manifest (a JSON object); {fix}")
     return data
+
+
+def read_bounded(path: str | os.PathLike, limit: int, what: str) -> bytes:
+    """A user's input file whole, at most `limit` bytes: a missing or unreadable file, or a larger one (a wrong
+    path), is one UserError naming `what` it was meant to be."""
+    from codes.common.errors import UserError
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {path} ({exc.strerror or type(exc).__name__}); check the path") from None
+    if len(data) > limit:
+        raise UserError(f"{what} {path} is over {limit >> 20} MB; is it a {what}?")
+    return data
+

@@ -226,3 +226,29 @@ def test_bad_books_and_flags_are_one_line_exit_2_and_nothing_written(model_dir, 
         assert result.returncode == 2 and message in last_error_line(result), (args, result.stderr)
         assert last_error_line(result).startswith("error: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dialogue.txt", "locked.epub"]
+
+
+def test_with_word_captions_the_read_along_times_every_word_within_its_sentence(asr_build, tmp_path):
+    from lxml import etree
+
+    book = tmp_path / "harbour.md"
+    book.write_text(markdown(sample_book(60, 2)), encoding="utf-8")
+    path = tmp_path / "read-along.epub"
+    speak(asr_build, book, tmp_path / "book.wav", "--read_along", path, "--caption_words", "--language", "en",
+          "--captions", tmp_path / "book.vtt")
+    check = subprocess.run(["java", "-jar", EPUBCHECK, str(path)], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0 and "No errors or warnings detected" in check.stdout, check.stdout + check.stderr
+    smil = "{http://www.w3.org/ns/SMIL}"
+    sentences = words = 0
+    for name in sorted(n for n in zipfile.ZipFile(path).namelist() if n.endswith(".smil")):
+        root = etree.fromstring(zipfile.ZipFile(path).read(name))
+        for seq in root.iter(f"{smil}seq"):
+            pars = seq.findall(f"{smil}par")
+            if not pars or seq.getparent().tag != f"{smil}seq":
+                continue
+            sentences += 1
+            clips = [(float(p.find(f"{smil}audio").get("clipBegin")[:-1]), float(p.find(f"{smil}audio").get("clipEnd")[:-1]))
+                     for p in pars]
+            assert all(begin <= end for begin, end in clips) and clips == sorted(clips)
+            words += len(pars)
+    assert sentences > 0 and words > sentences  # every sentence a seq of its words

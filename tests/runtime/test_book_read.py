@@ -171,3 +171,14 @@ def test_an_empty_book_is_refused_in_one_line():
     hollow = {name: blank if name.endswith(("01.xhtml", "02.xhtml", "03.xhtml")) else data for name, data in files.items()}
     with pytest.raises(UserError, match="hollow.epub has no text to read once .* are left out; see --skip"):
         parse_book(_zip(hollow), "epub", source="hollow.epub")
+
+
+def test_html_as_publishers_write_it_gutenberg_page_numbers_bare_note_links_and_line_breaks():
+    page = ('<html lang="en"><head><title>T</title></head><body><h2>One</h2>'
+            '<p>A line<br/>of verse<sup><a href="#fn3">3</a></sup> here.<span class="pagenum">[Pg 12]</span></p>'
+            '<div class="footnotes"><p>3. The note.</p></div><h2>Two</h2><p>More text.</p></body></html>')
+    book = parse_book(page, "html", source="page.html")
+    assert [(c.title, c.paragraphs) for c in book.chapters] == [("One", ("A line of verse here.",)),
+                                                                ("Two", ("More text.",))]
+    kept = parse_book(page, "html", ReadingChoices(page_numbers=True, footnotes=True))
+    assert kept.chapters[0].paragraphs == ("A line of verse3 here.[Pg 12]", "3. The note.")

@@ -41,3 +41,20 @@ def test_the_cluster_benchmark_runs_each_mode_and_they_write_one_file(model_dir,
     page = "\n".join(markdown(report, "python bench/script_cluster_bench.py ..."))
     assert report["machine"]["cpu"] in page and "| 2 actors | `--ray --actors 2 --threads_per_actor 1` |" in page
     assert "one file, byte for byte" in page
+
+
+def test_a_book_on_ray_actors_writes_the_book_a_local_run_writes(model_dir, voices, tmp_path):
+    from codes.checks.sample_book import markdown, sample_book
+
+    book = tmp_path / "book.md"
+    book.write_text(markdown(sample_book(80, 2)), encoding="utf-8")
+    made = {}
+    for name, extra in (("local", ()), ("ray", ("--ray", "--actors", "2"))):
+        output = tmp_path / name / "book.wav"
+        output.parent.mkdir()
+        result = run_script("inference.py", "--model_dir", model_dir, *CLI, "--script", book, "--output", output,
+                            "--speaker", f"Narrator={voices['narrator']}", "--chapters", tmp_path / name / "chapters",
+                            *extra)
+        assert result.returncode == 0, result.stderr
+        made[name] = [output.read_bytes()] + [p.read_bytes() for p in sorted((tmp_path / name / "chapters").iterdir())]
+    assert len(made["ray"]) == 3 and made["ray"] == made["local"]

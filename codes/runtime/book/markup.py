@@ -16,7 +16,7 @@ from codes.runtime.script import decode
 from codes.runtime.book.model import Book, Chapter, ReadingChoices, kept_chapters
 
 BLOCKS = {"p", "div", "li", "blockquote", "pre", "dd", "dt", "figcaption", "td", "th", "section", "article",
-          "aside", "header", "footer", "main", "body", "tr", "ul", "ol", "dl", "table", "figure", "hr", "br"}
+          "aside", "header", "footer", "main", "body", "tr", "ul", "ol", "dl", "table", "figure", "hr"}
 HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 NEVER_READ = {"script", "style", "head", "title", "img", "svg", "math", "audio", "video", "object", "iframe",
               "template", "noscript", "button", "input", "select", "textarea"}
@@ -157,6 +157,8 @@ def html_blocks(data: bytes | str, choices: ReadingChoices, anchors=frozenset())
             if text:
                 blocks.append(Block(text, HEADINGS[tag]))
             return
+        if tag == "br":  # a line break inside a paragraph (verse, an address) is a space, not a new paragraph
+            parts.append(" ")
         block = tag in BLOCKS
         if block:
             flush()
@@ -211,7 +213,8 @@ def chapters_by_heading(blocks: list[Block], where: str, default_title: str = ""
 
     for block in blocks:
         if block.level == -1:
-            kind = kind or block.kind
+            if not paragraphs:  # a section's kind names its chapter only where it opens it
+                kind = kind or block.kind
         elif level is not None and 0 < block.level < level:
             book_title = book_title or block.text
         elif block.level == level:

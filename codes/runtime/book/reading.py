@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, replace
 
 from codes.common.errors import UserError
+from codes.common.fileio import read_bounded
 from codes.runtime.book.epub import read_epub
 from codes.runtime.book.markup import read_html, read_markdown
 from codes.runtime.book.model import Book, ReadingChoices
@@ -60,13 +61,7 @@ def read_book(path, book_format: str | None = None, choices: ReadingChoices = Re
     from pathlib import Path
 
     path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BOOK_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"cannot read book {path} ({exc.strerror or type(exc).__name__}); check the path") from None
-    if len(data) > MAX_BOOK_BYTES:
-        raise UserError(f"book {path} is over {MAX_BOOK_BYTES >> 20} MB; is it a book?")
+    data = read_bounded(path, MAX_BOOK_BYTES, "book")
     return parse_book(data, book_format or SUFFIXES.get(path.suffix.lower(), "book"), choices, str(path))
 
 

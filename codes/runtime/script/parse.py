@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 
 from codes.common.errors import UserError
+from codes.common.fileio import read_bounded
 from codes.runtime.script.segments import Break, Script, Segment, check_break, pace_warning
 from codes.runtime.script.subtitles import parse_srt, parse_vtt, settle_cues
 from codes.runtime.script.text_input import SpeakerNames, decode
@@ -58,13 +59,7 @@ def parse_script(data: bytes | str, script_format: str, speakers=(), overlap: st
 
 def read_script(path: str | Path, script_format: str | None = None, speakers=(), overlap: str = "error") -> Script:
     path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_SCRIPT_BYTES + 1)
-    except OSError as exc:
-        raise UserError(f"cannot read script {path} ({exc.strerror or type(exc).__name__}); check the path") from None
-    if len(data) > MAX_SCRIPT_BYTES:
-        raise UserError(f"script {path} is over {MAX_SCRIPT_BYTES >> 20} MB; is it a script?")
+    data = read_bounded(path, MAX_SCRIPT_BYTES, "script")
     return parse_script(data, format_for(path, script_format), speakers, overlap, str(path))
 
 
