@@ -104,18 +104,19 @@ def markdown_page(report: dict, command: str, note: str = "") -> list[str]:
         "(`codes/checks/sample_book.py: novel`; no text can be downloaded on this machine), "
         f"{resumed['total']} sentences, {audio / 60:.1f} minutes of speech.",
         "",
-        "| what | wall | speech | RTF | peak memory | segments |",
-        "|---|---|---|---|---|---|",
-        f"| first run, killed (SIGKILL) at half the sentences | {killed['wall_s']:.1f} s | | | | {killed['kept']} kept |",
-        f"| the same command again: resumed | {resumed['wall_s']:.1f} s | {audio:.1f} s | "
-        f"{resumed['speaking_s'] / audio:.3f} | {resumed['peak_mb']} MB | spoke {resumed['spoke']}, reused {resumed['reused']} |",
-        f"| the whole book, both runs | {whole:.1f} s | {audio:.1f} s | {whole / audio:.3f} | | {resumed['total']} |",
-        f"| one paragraph edited (2 sentences), the book made again | {edited['wall_s']:.1f} s | {edited['audio_s']:.1f} s | "
-        f"| {edited['peak_mb']} MB | spoke {edited['spoke']}, reused {edited['reused']} |",
+        "| what | wall | segments | peak memory |",
+        "|---|---|---|---|",
+        f"| first run, killed (SIGKILL) once half the sentences were kept | {killed['wall_s']:.1f} s | "
+        f"{killed['kept']} kept | |",
+        f"| the same command again: resumed to the end | {resumed['wall_s']:.1f} s | spoke {resumed['spoke']}, "
+        f"reused {resumed['reused']} | {resumed['peak_mb']} MB |",
+        f"| **the whole book**, both runs: {audio:.1f} s of speech, RTF {whole / audio:.3f} | **{whole:.1f} s** | "
+        f"{resumed['total']} | |",
+        f"| one paragraph edited (2 sentences), the book made again | {edited['wall_s']:.1f} s | spoke {edited['spoke']}, "
+        f"reused {edited['reused']} | {edited['peak_mb']} MB |",
         "",
-        "Wall times include loading the model and writing every file (the M4B, one M4A a chapter, the read-along "
-        "EPUB with an MP3 a chapter). RTF: seconds of speaking over seconds of speech (inference.py's own figure; "
-        "the book's row: wall over speech).",
+        "Wall times include loading the model and writing every file: the M4B, one M4A a chapter, the read-along "
+        "EPUB with an AAC file a chapter, and the loudness table. RTF: wall time over seconds of speech.",
     ]
     if note:
         lines += ["", note]

@@ -3,7 +3,8 @@ every word, to the audio the chapter was spoken into, so a reading system highli
 heard (EPUB 3 Media Overlays 3.3).
 
 Each chapter is one XHTML document (its title, then its paragraphs; every sentence a span with an id, every
-word too where words were aligned), one MP3 of the chapter's part of the track, and one SMIL document: a
+word too where words were aligned), one AAC file (audio/mp4, an EPUB 3 core media type; FFmpeg encodes AAC in
+half MP3's time) of the chapter's part of the track, and one SMIL document: a
 <par> a sentence (or, with words, a <seq> a sentence holding a <par> a word) whose clipBegin and clipEnd
 are its caption's samples on the chapter's audio. The package gives each overlay's duration and the whole's
 (media:duration) and the class a reading system sets on what is being read (media:active-class). ebooklib
@@ -86,11 +87,11 @@ def write_read_along(path: Path, book_script, rendered, spoken) -> None:
     pages, total = [], 0.0
     for span in spoken.spans:
         number = span.number
-        audio_name = f"audio/chapter{number:03d}.mp3"
+        audio_name = f"audio/chapter{number:03d}.m4a"
         page_name, body, smil = chapter_documents(book_script, rendered, span, number, audio_name)
         part = spoken.audio[span.first:span.end]
-        buffer = _mp3(part, spoken.sample_rate)
-        out.add_item(epub.EpubItem(uid=f"audio{number}", file_name=audio_name, media_type="audio/mpeg", content=buffer))
+        buffer = _aac(part, spoken.sample_rate)
+        out.add_item(epub.EpubItem(uid=f"audio{number}", file_name=audio_name, media_type="audio/mp4", content=buffer))
         overlay = epub.EpubSMIL(uid=f"smil{number}", file_name=f"chapter{number:03d}.smil", content=smil.encode())
         out.add_item(overlay)
         page = epub.EpubHtml(title=span.title, file_name=page_name, lang=out.language, media_overlay=f"smil{number}")
@@ -111,10 +112,10 @@ def write_read_along(path: Path, book_script, rendered, spoken) -> None:
         epub.write_epub(str(tmp), out, {"epub3_pages": False})
 
 
-def _mp3(audio, sample_rate: int) -> bytes:
+def _aac(audio, sample_rate: int) -> bytes:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="omnivoice-read-along-") as folder:
-        path = Path(folder) / "chapter.mp3"
+        path = Path(folder) / "chapter.m4a"
         containers.encode(path, audio, sample_rate)
         return path.read_bytes()
