@@ -79,7 +79,7 @@ class Reading:
 
 @dataclass(frozen=True)
 class Spot:
-    """Where a segment is in the book: its chapter, its paragraph (-1: the chapter's title) and its place."""
+    """Where a segment is in the book: its chapter and its paragraph (-1: the chapter's title)."""
 
     chapter: int
     paragraph: int
@@ -118,8 +118,7 @@ def quoted_runs(text: str, pairs) -> list[tuple[str, bool]]:
     """A paragraph cut into (text, quoted) runs at the quotation marks of `pairs`, marks kept with their
     words; a quote never closed runs to the paragraph's end (as a novel's multi-paragraph speech does)."""
     runs: list[tuple[str, bool]] = []
-    pattern = "|".join(f"{re.escape(o)}.*?(?:{re.escape(c)}|$)" for o, c in pairs)
-    pattern = f"{pattern}|\"[^\"]*(?:\"|$)" if pattern else "\"[^\"]*(?:\"|$)"
+    pattern = "|".join([*(f"{re.escape(o)}.*?(?:{re.escape(c)}|$)" for o, c in pairs), "\"[^\"]*(?:\"|$)"])
     last = 0
     for match in re.finditer(pattern, text, re.S):
         if text[last:match.start()].strip():
