@@ -154,7 +154,7 @@ def main(argv=None) -> int:
 
     settings = settings_from_flags(args)
     if args.caption_words and args.captions is None and args.read_along is None:
-        raise UserError("--caption_words makes --captions (or a book's --read_along) word level; give --captions "
+        raise UserError("--caption_words makes --captions word level (and a book's --read_along); give --captions "
                         "FILE.srt or FILE.vtt")
     if args.script is not None:
         return _speak_script(args, settings)

@@ -182,3 +182,12 @@ def test_html_as_publishers_write_it_gutenberg_page_numbers_bare_note_links_and_
                                                                 ("Two", ("More text.",))]
     kept = parse_book(page, "html", ReadingChoices(page_numbers=True, footnotes=True))
     assert kept.chapters[0].paragraphs == ("A line of verse3 here.[Pg 12]", "3. The note.")
+
+
+def test_words_of_no_length_join_a_neighbour_in_the_read_along():
+    from codes.runtime.book.read_along import timed_words
+
+    words = [{"word": " Oh", "start": 100, "end": 100}, {"word": " the", "start": 100, "end": 2500},
+             {"word": " sea", "start": 2500, "end": 2510}, {"word": " is", "start": 2510, "end": 4800}]
+    assert timed_words(words, 24000) == [("Oh the sea", 100, 2500), ("is", 2510, 4800)]
+    assert timed_words(words[:1], 24000) == []  # nothing to time: the sentence is one clip

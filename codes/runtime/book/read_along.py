@@ -34,6 +34,26 @@ def _clip(start: int, end: int, origin: int, rate: int) -> str:
     return f'clipBegin="{(start - origin) / rate:.3f}s" clipEnd="{(end - origin) / rate:.3f}s"'
 
 
+def timed_words(words, rate: int) -> list[tuple[str, int, int]]:
+    """A sentence's aligned words as (text, start, end) clips that still end after they begin once written in
+    milliseconds, as SMIL requires: a word shorter than 2 ms (DTW's vertical steps give words of no length)
+    joins the word before it, or the one after where it comes first, as word captions join it to the cue before."""
+    groups: list[list] = []
+    pending = ""  # words of no length before any word with one
+    for word in words:
+        text = word["word"].strip()
+        if word["end"] - word["start"] >= 2 * rate // 1000:  # 2 ms: still apart once each is rounded to one
+            groups.append([f"{pending} {text}".strip(), word["start"], word["end"]])
+            pending = ""
+        elif groups:
+            groups[-1][0] = f"{groups[-1][0]} {text}"
+        else:
+            pending = f"{pending} {text}".strip()
+    if groups and pending:
+        groups[0][0] = f"{pending} {groups[0][0]}"
+    return [tuple(group) for group in groups]
+
+
 def chapter_documents(book_script, rendered, span, number: int, audio_name: str):
     """(the chapter's XHTML body, its SMIL) for one chapter: ids c{n}s{k} for sentences, c{n}s{k}w{j} for words."""
     rate = rendered.sample_rate
@@ -44,16 +64,17 @@ def chapter_documents(book_script, rendered, span, number: int, audio_name: str)
         caption = rendered.captions[index]
         spot = book_script.spots[index]
         sid = f"c{number}s{index - span.segments.start}"
-        words = caption.words or ()
-        if words:
-            inner = " ".join(f'<span id="{sid}w{j}">{html.escape(w["word"].strip())}</span>' for j, w in enumerate(words))
+        groups = timed_words(caption.words or (), rate)
+        if groups:
+            inner = " ".join(f'<span id="{sid}w{j}">{html.escape(text)}</span>' for j, (text, _, _) in enumerate(groups))
             timed = "".join(f'<par id="p{sid}w{j}"><text src="{page}#{sid}w{j}"/><audio src="{audio_name}" '
-                            f'{_clip(w["start"], w["end"], span.first, rate)}/></par>' for j, w in enumerate(words))
+                            f'{_clip(start, end, span.first, rate)}/></par>' for j, (_, start, end) in enumerate(groups))
             pars.append(f'<seq id="q{sid}" epub:textref="{page}#{sid}">{timed}</seq>')
         else:
             inner = html.escape(caption.text)
             pars.append(f'<par id="p{sid}"><text src="{page}#{sid}"/><audio src="{audio_name}" '
-                        f'{_clip(caption.start, caption.end, span.first, rate)}/></par>')
+                        f'{_clip(caption.start, max(caption.end, caption.start + 2 * rate // 1000), span.first, rate)}'
+                        '/></par>')  # a piece post-processing left no speech in still ends after it begins
         blocks.setdefault(spot.paragraph, []).append(f'<span id="{sid}">{inner}</span>')
     body = []
     for paragraph, spans in blocks.items():
