@@ -147,12 +147,7 @@ def level(book_script: BookScript, rendered, files: BookFiles) -> SpokenBook:
         if gain:
             audio[span.first:span.end] = loudness.apply_gain(part, gain)
         part = audio[span.first:span.end]
-        if files.acx:
-            sound = np.flatnonzero(np.abs(part) > loudness.SILENT)
-            shift = round(loudness.ROOM_TONE[0] * rate) - (int(sound[0]) if len(sound) else 0)
-            part = loudness.with_room_tone(part, rate)
-        else:
-            shift = 0
+        part, shift = loudness.with_room_tone(part, rate) if files.acx else (part, 0)
         gains.append(gain)
         chapter_audio.append(part)
         shifts.append(shift)

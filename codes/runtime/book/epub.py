@@ -174,14 +174,14 @@ def _toc_targets(toc) -> dict[str, dict[str | None, str]]:
 
 def _part_kinds(book, ebooklib) -> dict[str, str]:
     """Each file's part of the book as the EPUB 2 guide and the EPUB 3 landmarks name it."""
+    import lxml.html
+
     kinds = {}
     for entry in book.guide or ():
         path = posixpath.normpath(urldefrag(unquote(entry.get("href") or ""))[0])
         if entry.get("type") in GUIDE_KINDS and path:
             kinds.setdefault(path, GUIDE_KINDS[entry["type"]])
     for nav in book.get_items_of_type(ebooklib.ITEM_NAVIGATION):
-        import lxml.html
-
         try:
             root = lxml.html.document_fromstring(nav.get_content())
         except Exception:

@@ -104,12 +104,16 @@ def apply_gain(audio: np.ndarray, gain_db: float) -> np.ndarray:
     return (np.asarray(audio, dtype=np.float32) * np.float32(10 ** (gain_db / 20))).astype(np.float32)
 
 
-def with_room_tone(speech: np.ndarray, sample_rate: int, head: float = ROOM_TONE[0], tail: float = ROOM_TONE[1]):
-    """A chapter's speech (its first to its last sound) with `head` and `tail` seconds of silence around it."""
+def with_room_tone(speech: np.ndarray, sample_rate: int, head: float = ROOM_TONE[0],
+                   tail: float = ROOM_TONE[1]) -> tuple[np.ndarray, int]:
+    """A chapter's speech (its first to its last sound) with `head` and `tail` seconds of silence around it,
+    and how far its samples moved (the new place of sample 0 minus the old)."""
     sound = np.flatnonzero(np.abs(speech) > SILENT)
-    body = speech[sound[0]:sound[-1] + 1] if len(sound) else speech[:0]
-    return np.concatenate([np.zeros(round(head * sample_rate), np.float32), body.astype(np.float32),
-                           np.zeros(round(tail * sample_rate), np.float32)])
+    first = int(sound[0]) if len(sound) else 0
+    body = speech[first:sound[-1] + 1] if len(sound) else speech[:0]
+    lead = round(head * sample_rate)
+    return np.concatenate([np.zeros(lead, np.float32), body.astype(np.float32),
+                           np.zeros(round(tail * sample_rate), np.float32)]), lead - first
 
 
 def report_table(rows: list[tuple[str, Measure, float]], acx: bool) -> str:
