@@ -125,7 +125,7 @@ def test_livekit_interruption_cancels_on_the_server(server):
 
     run(interrupted())
     first, *after = ws_lines(server, start, 1)
-    assert first["status"] == "cancelled"
+    assert first["status"] == "cancelled", server.log_lines(start)
     # after a cancel the connection opens a fresh utterance; the plugin's close may end it before any text came
     assert all(line["status"] == "disconnected" and line["chars"] == "0" for line in after), after
     wait_idle(server)

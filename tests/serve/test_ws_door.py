@@ -191,6 +191,38 @@ def test_a_cancel_opens_no_utterance_until_text_comes(server):
     assert ids == list(range(ids[0], ids[0] + 3))  # no utterance was opened after either cancel
 
 
+def test_a_cancel_sent_with_the_close_while_audio_goes_out_is_the_clients_cancel(served_build, tmp_path):
+    """A barge-in as LiveKit's plugin sends it: cancel, then close at once. Both can reach the server while
+    its sender is about to write audio, and that write fails on the closing socket before the reader has
+    read the cancel. The request is the client's cancel (once logged as a server error). Here each piece's
+    encoding holds the server's loop a second (a fault hook), and the two are sent while it is held."""
+    marker = tmp_path / "hook" / "encoding"
+    env = fault_hook(tmp_path / "hook", "codes.serve.core.encode", None, "pcm16", "delay", marker, after=1)
+    srv = Server(served_build, tmp_path / "voices", tmp_path / "server.log", "--api-key", KEY, "--num-steps", "4",
+                 env=env)
+    try:
+        srv.ws_url = srv.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+        start = len(srv.log_lines())
+        with opened(srv) as ws:
+            send(ws, **START)
+            send(ws, type="text", text=" ".join(f"Sentence {i} is here to be cut short." for i in range(30)))
+            assert isinstance(ws.recv(timeout=WAIT), bytes)  # its audio has begun
+            marker.unlink()
+            deadline = time.monotonic() + WAIT
+            while not marker.exists():  # a later piece is being encoded: the server's loop is held
+                assert time.monotonic() < deadline, "no later piece was encoded"
+                time.sleep(0.01)
+            send(ws, type="cancel")
+        deadline = time.monotonic() + WAIT
+        while not (lines := [line for line in srv.request_lines(start) if line["door"] == "ws"]):
+            assert time.monotonic() < deadline, "no stream request line in the log"
+            time.sleep(0.05)
+        assert [line["status"] for line in lines] == ["cancelled"], srv.log_lines(start)
+        wait_until_idle(srv)
+    finally:
+        srv.stop()
+
+
 def test_the_key_rides_in_a_subprotocol_for_browsers_and_web_pages_are_held_to_origin(server):
     encoded = base64.urlsafe_b64encode(KEY.encode()).decode().rstrip("=")
     with connect(server.ws_url, subprotocols=["omnivoice", f"omnivoice.key.{encoded}"], open_timeout=WAIT) as ws:

@@ -213,13 +213,19 @@ class SpeechSocket:
         """The utterance's audio in binary frames, each piece's timing after its audio, then done."""
         try:
             async with speaking:
-                async for heard in speaking.heard():
-                    if isinstance(heard, dict):  # a piece's timing (its words, where asked), after its audio
-                        await self._send({"type": "timing", **heard})
-                        continue
-                    audio = pcm16(heard.wav, SAMPLE_RATE)
-                    for start in range(0, len(audio), 2 * FRAME_SAMPLES):
-                        await self._send(audio[start:start + 2 * FRAME_SAMPLES])
+                try:
+                    async for heard in speaking.heard():
+                        if isinstance(heard, dict):  # a piece's timing (its words, where asked), after its audio
+                            await self._send({"type": "timing", **heard})
+                            continue
+                        audio = pcm16(heard.wav, SAMPLE_RATE)
+                        for start in range(0, len(audio), 2 * FRAME_SAMPLES):
+                            await self._send(audio[start:start + 2 * FRAME_SAMPLES])
+                except WebSocketDisconnect:
+                    # The client closed while its audio went out. What it sent before closing (a barge-in's
+                    # cancel) is still to be read, then the close: the reader ends this utterance with the
+                    # word that fits and stops this task.
+                    await asyncio.Future()
             if speaking.completed:
                 await self._send({"type": "done"})
                 await self._close(1000)

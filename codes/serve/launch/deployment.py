@@ -51,6 +51,7 @@ CLUSTER_FLAGS = ("--address", "--replicas", "--min-replicas", "--max-replicas", 
                  "--route-prefix", "--max-queued-requests")
 MAX_QUEUED_REQUESTS = 64  # requests Ray's proxy holds for busy replicas before it answers 429
 RETRY_AFTER_S = 1.0  # the Retry-After of that 429
+PROXY_READY_ENV, PROXY_READY_SECONDS = "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60"  # each of Ray's 3 checks of a new proxy
 OWNER_NAMESPACE = "omnivoice"  # Ray's key-value store: who deployed the application
 # Extra Ray Serve autoscaling settings as a JSON object, e.g. {"upscale_delay_s": 1, "downscale_delay_s": 2}:
 # for tests and tuning (Serve's defaults wait 30 s before adding a replica and 600 s before removing one).
@@ -295,6 +296,9 @@ def _start_serve(serve, host: str, port: int, route_prefix: str, limits: Limits)
     # checkout's path on its node.
     env = {"RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH": PROXY_ERRORS, "PYTHONPATH": str(ROOT),
            ROUTE_ENV: route_prefix}
+    # Ray gives a new proxy 3 readiness checks of 5 s, then kills it and the start fails; on a small host
+    # busy with other work its imports alone take longer (measured: 40 s on 2 loaded cores).
+    env[PROXY_READY_ENV] = os.environ.get(PROXY_READY_ENV, PROXY_READY_SECONDS)
     # Ray's proxy builds its own uvicorn server: of our HTTP bounds its HTTPOptions take only the keep-alive
     # (docs/DESIGN.md §http-bounds).
     http = {"host": host, "port": port, "keep_alive_timeout_s": math.ceil(limits.keep_alive_seconds)}
