@@ -158,9 +158,8 @@ def main(argv=None) -> int:
                         "FILE.srt or FILE.vtt")
     if args.script is not None:
         return _speak_script(args, settings)
-    given = [flag for flag in ("script_format", "speaker", "gap", "overlap", "stems", "max_batch", "address", "actors")
-             + BOOK_FLAGS if getattr(args, flag) is not None] + [flag for flag in ("no_ledger", "ray") + BOOK_SWITCHES
-                                                                  if getattr(args, flag)]
+    given = _given(args, ("script_format", "speaker", "gap", "overlap", "stems", "max_batch", "address", "actors",
+                          *BOOK_FLAGS), ("no_ledger", "ray", *BOOK_SWITCHES))
     if given:
         raise UserError(f"--{given[0]} goes with --script")
     if args.captions is not None and args.text is None:
@@ -276,7 +275,7 @@ def _speak_script(args, settings) -> int:
             postprocess = None if args.postprocess_output is None and not args.no_postprocess \
                 else settings.postprocess_output
             start = time.perf_counter()
-            rendered = work.speak(tts, dict(gap=args.gap or 0.0, seed=args.seed, language=args.language,
+            rendered = work.speak(tts, dict(seed=args.seed, language=args.language,
                                             speed=args.speed, normalize_text=args.normalize_text,
                                             postprocess=postprocess, max_batch=args.max_batch, settings=settings,
                                             caption_words=args.caption_words, ledger=ledger, ray=placement))
@@ -308,8 +307,7 @@ class _ScriptWork:
     def __init__(self, args):
         from codes.runtime.script import DEFAULT_SPEAKER, check_outputs, parse_speakers, read_script
 
-        given = [flag for flag in BOOK_FLAGS if getattr(args, flag) is not None] + \
-            [flag for flag in BOOK_SWITCHES if getattr(args, flag)]
+        given = _given(args, BOOK_FLAGS, BOOK_SWITCHES)
         if given:
             raise UserError(f"--{given[0]} is for books (.epub, .md, .html, or --script_format book), and "
                             f"{args.script} is a script")
@@ -323,7 +321,7 @@ class _ScriptWork:
         from codes.runtime.script import speak_script
 
         bar = None if self.args.quiet else _segment_bar(len(self.script.segments))
-        return speak_script(tts, self.script, self.speakers, on_progress=bar, **options)
+        return speak_script(tts, self.script, self.speakers, gap=self.args.gap or 0.0, on_progress=bar, **options)
 
     def write(self, rendered, part_folder):
         from codes.runtime.script import write_outputs
@@ -368,7 +366,6 @@ class _BookWork:
     def speak(self, tts, options):
         from codes.runtime.book import speak_book
 
-        options.pop("gap")
         bar = None if self.args.quiet else _segment_bar(len(self.book.script.segments), self._chapter)
         return speak_book(tts, self.book, self.speakers, dialogue_voice=self.dialogue, on_progress=bar, **options)[1]
 
@@ -389,6 +386,11 @@ class _BookWork:
             print(self.table)
         elif not self.args.quiet:
             print(self.table, file=sys.stderr)
+
+
+def _given(args, valued, switches) -> list[str]:
+    """Which of these flags the command line gave (a valued flag not None, a switch set), in order."""
+    return [flag for flag in valued if getattr(args, flag) is not None] + [flag for flag in switches if getattr(args, flag)]
 
 
 def _ray_placement(args):

@@ -134,7 +134,8 @@ class SpokenBook:
 def level(book_script: BookScript, rendered, files: BookFiles) -> SpokenBook:
     rate = rendered.sample_rate
     spans = chapter_spans(book_script, rendered)
-    audio = rendered.audio.copy()
+    levelling = files.acx or files.loudness is not None
+    audio = rendered.audio.copy() if levelling else rendered.audio  # the track is changed in place only then
     gains, chapter_audio, shifts = [], [], []
     for span in spans:
         part = audio[span.first:span.end]
@@ -165,11 +166,10 @@ def write_book(book_script: BookScript, rendered, files: BookFiles, part_folder:
     if files.captions is not None:
         write_captions(files.captions, rendered.captions, spoken.sample_rate)
         written.append(files.captions)
-    rows = []
     if files.chapters is not None:
         files.chapters.mkdir(exist_ok=True)
         suffix = files.chapter_suffix()
-        for span, audio, gain, shift in zip(spoken.spans, spoken.chapter_audio, spoken.gains, spoken.chapter_shift):
+        for span, audio, shift in zip(spoken.spans, spoken.chapter_audio, spoken.chapter_shift):
             path = files.chapters / chapter_file_name(span, suffix)
             chapter_tags = replace(tags, track=(span.number, len(spoken.spans)))
             _write_audio(path, audio, spoken.sample_rate, chapter_tags, (), files.float_wav, acx=files.acx)
@@ -179,8 +179,8 @@ def write_book(book_script: BookScript, rendered, files: BookFiles, part_folder:
                 caption_path = path.with_suffix(files.captions.suffix.lower())
                 write_captions(caption_path, captions, spoken.sample_rate)
                 written.append(caption_path)
-    for span, audio, gain in zip(spoken.spans, spoken.chapter_audio, spoken.gains):
-        rows.append((f"{span.number:02d} {span.title}", loudness.measure(audio, spoken.sample_rate), gain))
+    rows = [(f"{span.number:02d} {span.title}", loudness.measure(audio, spoken.sample_rate), gain)
+            for span, audio, gain in zip(spoken.spans, spoken.chapter_audio, spoken.gains)]
     if files.read_along is not None:
         from codes.runtime.book.read_along import write_read_along
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from codes.runtime.script import decode
-from codes.runtime.book.model import Book, Chapter, ReadingChoices, kept_chapters
+from codes.runtime.book.model import Book, Chapter, ReadingChoices, kept_chapters, untitled
 
 BLOCKS = {"p", "div", "li", "blockquote", "pre", "dd", "dt", "figcaption", "td", "th", "section", "article",
           "aside", "header", "footer", "main", "body", "tr", "ul", "ol", "dl", "table", "figure", "hr"}
@@ -230,7 +230,7 @@ def read_html(data: bytes, choices: ReadingChoices, source: str) -> Book:
     blocks, head = html_blocks(data, choices)
     chapters, heading_title = chapters_by_heading(blocks, source)
     kept, left_out = kept_chapters(chapters, choices, source)
-    return Book(head.get("title") or heading_title or _stem(source), kept, head.get("author"), head.get("language"),
+    return Book(head.get("title") or heading_title or untitled(source), kept, head.get("author"), head.get("language"),
                 source=source, left_out=left_out)
 
 
@@ -259,11 +259,5 @@ def read_markdown(data: bytes, choices: ReadingChoices, source: str) -> Book:
     blocks, _ = html_blocks(f"<html><body>{html}</body></html>", choices)
     chapters, heading_title = chapters_by_heading(blocks, source)
     kept, left_out = kept_chapters(chapters, choices, source)
-    return Book(meta.get("title") or heading_title or _stem(source), kept, meta.get("author"),
+    return Book(meta.get("title") or heading_title or untitled(source), kept, meta.get("author"),
                 meta.get("language") or meta.get("lang"), source=source, left_out=left_out)
-
-
-def _stem(source: str) -> str:
-    from pathlib import PurePath
-
-    return PurePath(source).stem or source

@@ -51,6 +51,13 @@ class ReadingChoices:
     footnotes: bool = False
 
 
+def untitled(source: str) -> str:
+    """The title of a book that gives none: its file's name without the extension."""
+    from pathlib import PurePath
+
+    return PurePath(source).stem or source
+
+
 def parse_skip(value: str | None) -> frozenset[str]:
     """--skip KIND,KIND,... ("none": nothing; unset: DEFAULT_SKIP) -> the kinds, each checked."""
     if value is None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from codes.runtime.book.markup import kind_of
-from codes.runtime.book.model import Book, Chapter, ReadingChoices, kept_chapters
+from codes.runtime.book.model import Book, Chapter, ReadingChoices, kept_chapters, untitled
 from codes.runtime.script import decode
 
 _WORDS = ("chapter|chap\\.|book|part|chapitre|livre|partie|kapitel|buch|teil|cap[ií]tulo|libro|parte|capitolo|"
@@ -114,9 +114,7 @@ def read_text_book(data: bytes | str, choices: ReadingChoices, source: str) -> B
         kind = "titlepage" if book_title is not None else "chapter"
         chapters.insert(0, Chapter("" if kind == "chapter" else book_title, tuple(front), kind, "line 1"))
     kept, left_out = kept_chapters(chapters, choices, source)
-    from pathlib import PurePath
-
-    return Book(book_title or PurePath(source).stem or source, kept, author, source=source, left_out=left_out)
+    return Book(book_title or untitled(source), kept, author, source=source, left_out=left_out)
 
 
 _BY = re.compile(r"^(?:by|von|par|por|di|de|door)\s+(.+)$", re.I)

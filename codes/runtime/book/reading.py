@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.fileio import read_bounded
@@ -38,8 +39,6 @@ ALL_QUOTES = (("“", "”"), ("«", "»"), ("„", "“"), ("「", "」"), ("�
 
 def book_format(path, script_format: str | None = None) -> str | None:
     """The book format a file is read as (by --script_format, else by extension), or None: a script."""
-    from pathlib import Path
-
     if script_format is not None:
         return script_format if script_format in BOOK_FORMATS else None
     return SUFFIXES.get(Path(path).suffix.lower())
@@ -58,8 +57,6 @@ def parse_book(data: bytes | str, book_format: str, choices: ReadingChoices = Re
 
 
 def read_book(path, book_format: str | None = None, choices: ReadingChoices = ReadingChoices()) -> Book:
-    from pathlib import Path
-
     path = Path(path)
     data = read_bounded(path, MAX_BOOK_BYTES, "book")
     return parse_book(data, book_format or SUFFIXES.get(path.suffix.lower(), "book"), choices, str(path))
