@@ -330,9 +330,10 @@ class SpeechRequest(RequestLife):
             clip = OneOffClip(params.ref_audio, params.ref_text, self.state.config.limits,
                               params.settings.preprocess_prompt)
         try:  # a clip is encoded here, within the request's slot and deadline
-            return await asyncio.wait_for(self.state.voices.resolve(self.model, params.voice, params.instructions,
-                                                                    params.text, clip), self.job.left())
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.job.left()):
+                return await self.state.voices.resolve(self.model, params.voice, params.instructions, params.text,
+                                                       clip)
+        except TimeoutError:
             raise past_deadline() from None
         except UnknownVoice as exc:
             raise RequestError(404, str(exc), "voice", "voice_not_found") from None
@@ -450,12 +451,12 @@ class ScriptRequest(RequestLife):
             try:
                 spec = parse_voice(declared, paths=False)
                 if spec.kind == "name":
-                    voice, _ = await asyncio.wait_for(
-                        self.state.voices.resolve(self.model, spec.value, None, ""), self.job.left())
+                    async with asyncio.timeout(self.job.left()):
+                        voice, _ = await self.state.voices.resolve(self.model, spec.value, None, "")
                     voices[check_name(name)] = SpeakerVoice(voice)
                 else:
                     voices[check_name(name)] = resolve_voice(name, spec)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise StreamFailed(f"the script ran past {flag('script_seconds')} before its voices were "
                                    "ready") from None
             except UnknownVoice as exc:

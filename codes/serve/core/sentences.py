@@ -149,8 +149,9 @@ class SentenceStream:
 
     async def _codes(self, index: int) -> np.ndarray:
         try:
-            return await asyncio.wait_for(self.model.codes(self.items[index]), self.left())
-        except asyncio.TimeoutError:  # the loop's clock and perf_counter may differ by a hair
+            async with asyncio.timeout(self.left()):
+                return await self.model.codes(self.items[index])
+        except TimeoutError:  # the loop's clock and perf_counter may differ by a hair
             raise past_deadline() from None
         except (CancelledError, asyncio.CancelledError):
             raise
@@ -169,8 +170,9 @@ class SentenceStream:
                     self.waiting_for_text()
                 self._grown.clear()
                 try:
-                    await asyncio.wait_for(self._grown.wait(), self.left())
-                except asyncio.TimeoutError:  # the loop's clock and perf_counter may differ by a hair
+                    async with asyncio.timeout(self.left()):
+                        await self._grown.wait()
+                except TimeoutError:  # the loop's clock and perf_counter may differ by a hair
                     raise past_deadline() from None
                 continue
             self._check_deadline()

@@ -137,8 +137,9 @@ def guarded(app, state: ServerState, mounted=None):
             if cut is not None or whole:  # after the body: only a disconnect comes, whenever it does
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
-            except asyncio.TimeoutError:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
                 cut = envelope(408, f"the request body took over {limits.body_seconds:g} s to arrive "
                                     f"({flag('body_seconds')}); send it at once", code="body_too_slow")
                 return {"type": "http.request", "body": b"", "more_body": False}

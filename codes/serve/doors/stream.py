@@ -224,8 +224,9 @@ class SpeechSocket:
                 except WebSocketDisconnect:
                     # The client closed while its audio went out. What it sent before closing (a barge-in's
                     # cancel) is still to be read, then the close: the reader ends this utterance with the
-                    # word that fits and stops this task.
-                    await asyncio.Future()
+                    # word that fits and cancels this task. The bound only keeps a close that never reached
+                    # the reader from holding the slot.
+                    await asyncio.sleep(self.limits.ws_write_seconds)
             if speaking.completed:
                 await self._send({"type": "done"})
                 await self._close(1000)
@@ -277,8 +278,9 @@ class SpeechSocket:
 
     async def _close(self, code: int) -> None:
         self.finished.set()
-        with contextlib.suppress(*CONNECTION_LOST, RuntimeError):
-            await asyncio.wait_for(self.websocket.close(code), self.limits.ws_write_seconds)
+        with contextlib.suppress(*CONNECTION_LOST, RuntimeError, TimeoutError):
+            async with asyncio.timeout(self.limits.ws_write_seconds):
+                await self.websocket.close(code)
 
 
 def add_stream_door(app, state: ServerState) -> None:

@@ -59,8 +59,9 @@ async def bounded_write(writing: Awaitable, seconds: float, limit: str,
     "write_seconds"): past it, `on_stall(reason)` runs (ending the request, aborting the transport) and
     ClientStalled is raised, so a client that reads nothing lets go of what it holds."""
     try:
-        return await asyncio.wait_for(writing, seconds)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(seconds):  # not wait_for: see docs/DESIGN.md §deadlines
+            return await writing
+    except TimeoutError:
         reason = f"the client read nothing for {seconds:g} s ({flag(limit)}); closed"
         if on_stall is not None:
             on_stall(reason)
