@@ -4,7 +4,8 @@ One WebSocket per SynthesizeStream (docs/agents.md has the messages): push_text 
 `flush`, end_input sends `end`; audio frames (s16le, 24 kHz, mono) go to the AudioEmitter as they come, and
 each `timing` becomes TimedStrings with their start and end, LiveKit's aligned transcript: one a word where
 the server timed the words (word_timings=True, on a server whose build aligns), else one a piece of text. A stream closed
-before `done` (the agent was interrupted) sends `cancel` first, so the server drops the rest at once.
+before `done` (the agent was interrupted) sends `cancel` first, so the server drops the rest at once, and closes
+once the server has said `cancelled`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from livekit.agents.voice.io import TimedString
 
 SAMPLE_RATE = 24000
 STREAM_PATH = "/v1/audio/speech/stream"
-CANCEL_SECONDS = 1.0  # how long an interrupted stream waits to tell the server before it just closes
+CANCEL_SECONDS = 1.0  # how long an interrupted stream waits for the server's `cancelled` before it just closes
 
 
 def stream_url(base_url: str) -> str:
@@ -115,8 +116,18 @@ class OmniVoiceStream(tts.SynthesizeStream):
         finally:
             if not finished and not ws.closed:  # interrupted, or failed: the server drops the rest now
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(ws.send_str(json.dumps({"type": "cancel"})), CANCEL_SECONDS)
+                    await asyncio.wait_for(self._cancel(ws), CANCEL_SECONDS)
             await ws.close()
+
+    @staticmethod
+    async def _cancel(ws: aiohttp.ClientWebSocketResponse) -> None:
+        """`cancel`, then what was already on its way, up to `cancelled`. A receive cut short makes aiohttp's
+        close drop the connection at once, and a socket closed with audio unread is reset: the server's next
+        write could then fail before it read the cancel, and it would see a dropped client instead."""
+        await ws.send_str(json.dumps({"type": "cancel"}))
+        async for message in ws:
+            if message.type == aiohttp.WSMsgType.TEXT and json.loads(message.data)["type"] in ("cancelled", "error"):
+                return
 
     async def _send_input(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for data in self._input_ch:
