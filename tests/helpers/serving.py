@@ -87,6 +87,16 @@ class Server:
         """The per-request log lines as dicts (key=value pairs)."""
         return [dict(re.findall(r"(\w+)=(\S+)", line)) for line in self.log_lines(start) if " speech request=" in line]
 
+    def door_lines(self, door: str, start: int = 0, count: int = 1, wait: float = 120,
+                   missing: str = "too few request lines in the log") -> list[dict]:
+        """One door's request lines from `start`, once there are `count`; past `wait` s, `missing` and the log."""
+        deadline = time.monotonic() + wait
+        while len(lines := [line for line in self.request_lines(start) if line["door"] == door]) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{missing}:\n" + "\n".join(self.log_lines(start)))
+            time.sleep(0.05)
+        return lines
+
     def stop(self):
         self.proc.kill()
         self.proc.wait(timeout=30)

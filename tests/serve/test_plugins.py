@@ -50,14 +50,7 @@ def run(coroutine):
 
 
 def ws_lines(srv: Server, start: int, count: int) -> list[dict]:
-    """The stream door's request log lines from `start`, once there are `count` of them."""
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        lines = [line for line in srv.request_lines(start) if line["door"] == "ws"]
-        if len(lines) >= count:
-            return lines
-        time.sleep(0.05)
-    raise AssertionError("no stream request line in the log:\n" + "\n".join(srv.log_lines(start)))
+    return srv.door_lines("ws", start, count, WAIT, "no stream request line in the log")
 
 
 def idle(srv: Server) -> bool:

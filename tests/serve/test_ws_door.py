@@ -23,6 +23,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.tts import Synthesize, SynthesizeVoice
 
+from codes.serve.doors.stream import STREAM_PATH
 from helpers.faults import fault_hook
 from helpers.serving import RATE, Server, started
 
@@ -37,8 +38,17 @@ IDLE = 5  # --ws-idle-seconds of this module's server
 def server(served_build, tmp_path_factory):
     for srv in started(served_build, tmp_path_factory, "ws", "--api-key", KEY, "--num-steps", "4",
                        "--ws-idle-seconds", str(IDLE), wyoming=True):
-        srv.ws_url = srv.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
-        yield srv
+        yield with_stream_door(srv)
+
+
+def with_stream_door(srv: Server) -> Server:
+    srv.ws_url = srv.url.replace("http://", "ws://") + STREAM_PATH
+    return srv
+
+
+def own_server(served_build, tmp_path, *flags: str, env: dict | None = None) -> Server:
+    """A server of the test's own (other bounds, a fault hook)."""
+    return with_stream_door(Server(served_build, tmp_path / "voices", tmp_path / "server.log", *flags, env=env))
 
 
 def opened(srv: Server, **kwargs):
@@ -198,10 +208,8 @@ def test_a_cancel_sent_with_the_close_while_audio_goes_out_is_the_clients_cancel
     encoding holds the server's loop a second (a fault hook), and the two are sent while it is held."""
     marker = tmp_path / "hook" / "encoding"
     env = fault_hook(tmp_path / "hook", "codes.serve.core.encode", None, "pcm16", "delay", marker, after=1)
-    srv = Server(served_build, tmp_path / "voices", tmp_path / "server.log", "--api-key", KEY, "--num-steps", "4",
-                 env=env)
+    srv = own_server(served_build, tmp_path, "--api-key", KEY, "--num-steps", "4", env=env)
     try:
-        srv.ws_url = srv.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
         start = len(srv.log_lines())
         with opened(srv) as ws:
             send(ws, **START)
@@ -213,10 +221,7 @@ def test_a_cancel_sent_with_the_close_while_audio_goes_out_is_the_clients_cancel
                 assert time.monotonic() < deadline, "no later piece was encoded"
                 time.sleep(0.01)
             send(ws, type="cancel")
-        deadline = time.monotonic() + WAIT
-        while not (lines := [line for line in srv.request_lines(start) if line["door"] == "ws"]):
-            assert time.monotonic() < deadline, "no stream request line in the log"
-            time.sleep(0.05)
+        lines = srv.door_lines("ws", start, wait=WAIT, missing="no stream request line in the log")
         assert [line["status"] for line in lines] == ["cancelled"], srv.log_lines(start)
         wait_until_idle(srv)
     finally:
@@ -328,10 +333,8 @@ def test_a_stream_whose_voice_is_still_being_made_is_not_closed_as_idle(served_b
     held three times the idle bound (a fault hook in the server process)."""
     marker = tmp_path / "hook" / "delayed"
     env = fault_hook(tmp_path / "hook", "codes.runtime.synthesis", "Voice", "save", "delay", marker, after=3)
-    srv = Server(served_build, tmp_path / "voices", tmp_path / "server.log", "--api-key", KEY, "--num-steps", "4",
-                 "--ws-idle-seconds", "1", env=env)
+    srv = own_server(served_build, tmp_path, "--api-key", KEY, "--num-steps", "4", "--ws-idle-seconds", "1", env=env)
     try:
-        srv.ws_url = srv.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
         with opened(srv) as ws:
             send(ws, **START)
             send(ws, type="text", text=REPLY)
@@ -403,19 +406,14 @@ def test_wyoming_audio_events_carry_their_timestamps(server):
 
 def test_a_client_that_reads_no_audio_is_let_go_and_frees_its_slot(served_build, tmp_path):
     """--ws-write-seconds: a client that stops reading holds the server's write past the bound and is closed."""
-    srv = Server(served_build, tmp_path / "voices", tmp_path / "server.log", "--num-steps", "2",
-                 "--ws-write-seconds", "2")
+    srv = own_server(served_build, tmp_path, "--num-steps", "2", "--ws-write-seconds", "2")
     try:
-        url = srv.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
         text = " ".join(f"Sentence number {i} is here to fill the socket with a lot of audio." for i in range(55))
-        with connect(url, open_timeout=WAIT, max_queue=1) as ws:  # reads one message, then nothing more
+        with connect(srv.ws_url, open_timeout=WAIT, max_queue=1) as ws:  # reads one message, then nothing more
             ws.send(json.dumps({"type": "start", "voice": "alloy"}))
             send(ws, type="text", text=text)
             send(ws, type="end")
-            deadline = time.monotonic() + WAIT
-            while not [line for line in srv.request_lines() if line["door"] == "ws"]:
-                assert time.monotonic() < deadline, "the stalled client was never let go"
-                time.sleep(0.1)
+            srv.door_lines("ws", wait=WAIT, missing="the stalled client was never let go")
         (line,) = [line for line in srv.log_lines() if "door=ws" in line]
         assert "status=disconnected" in line and "--ws-write-seconds" in line
         assert wait_until_idle(srv)["requests_in_flight"] == 0
