@@ -135,7 +135,7 @@ def exactness(folder: Path, threads: int, log=print) -> list[dict]:
 
 def synthesis_share(model_dir: Path, threads: int, log=print) -> dict:
     """The 10 s utterance of the rtf benchmark made and then aligned on one build: each one's time."""
-    from codes.checks.bench import DETERMINISTIC
+    from codes.checks.workloads import DETERMINISTIC
     from codes.runtime.synthesis import OmniVoiceOnnx
 
     tts = OmniVoiceOnnx(model_dir, threads=threads)
