@@ -10,30 +10,13 @@ import platform
 from pathlib import Path
 
 from codes.common.fileio import atomic_path
-
-# The instruction sets ONNX Runtime's GEMMs choose among: a speed figure means little without them.
-ISA_FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx_vnni": "AVX-VNNI", "avx512_vnni": "AVX-512 VNNI",
-             "avx512_bf16": "AVX-512 BF16", "amx_int8": "AMX-INT8", "amx_bf16": "AMX-BF16"}
-
-
-def _cpuinfo() -> dict[str, str]:
-    """The first core's fields of /proc/cpuinfo (every core says the same); empty where there is none."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {}
-    fields: dict[str, str] = {}
-    for key, _, value in (line.partition(":") for line in text.splitlines() if ":" in line):
-        fields.setdefault(key.strip(), value.strip())
-    return fields
-
+from codes.common.isa import cpuinfo, isa_names
 
 def cpu_info() -> tuple[str, list[str], list[str]]:
     """The CPU's model name, its instruction sets that matter here (ISA_FLAGS) and all its flags."""
-    fields = _cpuinfo()
+    fields = cpuinfo()
     flags = fields.get("flags", "").split()
-    isa = [name for flag, name in ISA_FLAGS.items() if flag in flags]
-    return fields.get("model name", platform.processor()), isa, flags
+    return fields.get("model name", platform.processor()), isa_names(frozenset(flags)), flags
 
 
 def machine() -> dict:
@@ -42,7 +25,7 @@ def machine() -> dict:
     import onnxruntime
 
     model, isa, _ = cpu_info()
-    numbers = _cpuinfo()
+    numbers = cpuinfo()
     return {"cpu": model, "cpu_family": numbers.get("cpu family"), "cpu_model": numbers.get("model"), "isa": isa,
             "logical_cpus": os.cpu_count(), "python": platform.python_version(), "onnxruntime": onnxruntime.__version__}
 
