@@ -1,7 +1,9 @@
 """int8 graphs: every MatMul with a constant weight rewritten to integer GEMMs, by one scheme.
 
 The scheme (chosen by measuring, bench/quant_results.md and docs/DESIGN.md §outliers):
-- weights: int8 (7-bit range, WEIGHT_LEVELS), symmetric, a scale per output column (or one per matrix);
+- weights: int8 in the full +-127 (WEIGHT_LEVELS), symmetric, a scale per output column (or one per matrix);
+  the graph records the range (WEIGHT_LEVELS_KEY), and a host whose kernels would saturate on it
+  re-ranges the weights at load (codes/runtime/int8_weights.py);
 - activations: int8, symmetric, a scale per row (token), computed per call, or one asymmetric
   uint8 scale per tensor (ORT's DynamicQuantizeLinear), or none (weight-only, W8A32);
 - outlier channels: the few input channels whose calibrated magnitude dwarfs the rest stay fp32,
@@ -22,14 +24,17 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from codes.common.isa import FULL_RANGE
+from codes.runtime.int8_weights import WEIGHT_LEVELS_KEY
+
 WEIGHTS = ("column", "tensor")
 ACTIVATIONS = ("token", "tensor", "none")
 MS_DOMAIN = "com.microsoft"
 ROW_SCALE_FLOOR = 1e-12  # an all-zero row keeps a finite scale (and quantizes to zeros)
-# Weights use 7 bits of their int8: AVX2 (no VNNI) multiplies u8 x s8 in pairs summed into int16
-# (vpmaddubsw), which saturates once 2 x 255 x |w| passes 32767. A build runs on whatever CPU it is
-# given, and full-range weights measured 4x the error of the 7-bit ones there (docs/DESIGN.md §outliers).
-WEIGHT_LEVELS = 63
+# Weights use all 8 bits: VNNI and AMX sum u8 x s8 products exactly in int32. x86 without VNNI sums pairs
+# into int16 (vpmaddubsw), which saturates once 2 x 255 x |w| passes 32767 (4x the error, measured); there
+# the runtime re-ranges the weights to +-63 at load, from the range the graph records (docs/DESIGN.md §outliers).
+WEIGHT_LEVELS = FULL_RANGE
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class Int8Scheme:
     outlier_ratio: float | None = 8.0  # a channel over this times the median channel's calibrated max stays fp32
     outlier_max: int = 8  # at most this many a MatMul input (the largest)
     smooth_alpha: float | None = None  # SmoothQuant folded into the checkpoint first (codes/export/calibration.py)
-    weight_levels: int = WEIGHT_LEVELS  # 127: full 8 bits, as ORT's quantize_dynamic (saturates on AVX2)
+    weight_levels: int = WEIGHT_LEVELS  # 63: the 7-bit range every x86 kernel sums exactly
 
     def __post_init__(self):
         if self.weights not in WEIGHTS or self.activations not in ACTIVATIONS:
@@ -56,7 +61,7 @@ class Int8Scheme:
                        "tensor": "uint8, one scale per tensor, computed per call (DynamicQuantizeLinear)",
                        "none": "fp32 (weight-only int8: full 8-bit weights, rounded and run in fp32)"}[self.activations]
         facts = {"weights": f"int8 in +-{self.weight_levels}, a scale per {'output column' if self.weights == 'column' else 'matrix'}",
-                 "activations": activations}
+                 "weight_levels": self.weight_levels, "activations": activations}
         if self.outlier_ratio is not None:
             facts["outlier_channels"] = (f"fp32: up to {self.outlier_max} input channels a MatMul whose calibrated "
                                          f"max exceeds {self.outlier_ratio:g}x the median channel's")
@@ -124,11 +129,11 @@ class _Graph:
         out = output or self.name(f"{base}/{op}_output")
         return helper.make_node(op, inputs, [out], name=self.name(f"{base}/{op}"), domain=domain, **attrs), out
 
-    def reduce_max_last(self, x: str, base: str):
+    def reduce_last(self, x: str, base: str, op: str):
+        """`op` (ReduceMax, ReduceMin) over the last axis, kept."""
         if self.opset >= 18:
-            return self.node("ReduceMax", [x, self.const(f"{base}/last_axis", np.array([-1], np.int64))], base,
-                             keepdims=1)
-        return self.node("ReduceMax", [x], base, axes=[-1], keepdims=1)
+            return self.node(op, [x, self.const(f"{base}/last_axis", np.array([-1], np.int64))], base, keepdims=1)
+        return self.node(op, [x], base, axes=[-1], keepdims=1)
 
 
 def quantize_graph(model: onnx.ModelProto, scheme: Int8Scheme,
@@ -179,6 +184,9 @@ def quantize_graph(model: onnx.ModelProto, scheme: Int8Scheme,
     graph.initializer.extend(kept + rewrite.inits)
     if not any(o.domain == MS_DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    if scheme.activations != "none":
+        helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
+                                       WEIGHT_LEVELS_KEY: str(scheme.weight_levels)})
     return model
 
 
@@ -209,18 +217,24 @@ def _prepare_input(g: _Graph, a: str, split: np.ndarray, scheme: Int8Scheme, k: 
         else:
             prepared["input"] = a
     elif scheme.activations == "token":
-        node, magnitude = g.node("Abs", [a], base)
-        nodes.append(node)
-        if keep is not None:  # the outliers set no row's scale; they saturate, against zeroed weight rows
-            node, magnitude = g.node("Mul", [magnitude, keep], base)
+        # The row's peak |x| as max(max x, -min x): two reads and no full-size write (an Abs would write one).
+        # The outliers set no row's scale: they are zeroed first, against zeroed weight rows, which the
+        # quantized rows then carry (the GEMM's sums are the same either way).
+        masked = a
+        if keep is not None:
+            node, masked = g.node("Mul", [a, keep], base)
             nodes.append(node)
-        node, peak = g.reduce_max_last(magnitude, base)
+        node, high = g.reduce_last(masked, base, "ReduceMax")
         nodes.append(node)
-        node, peak = g.node("Max", [peak, g.const(f"{base}/floor", np.array(ROW_SCALE_FLOOR, np.float32))], base)
+        node, low = g.reduce_last(masked, base, "ReduceMin")
+        nodes.append(node)
+        node, low = g.node("Neg", [low], base)
+        nodes.append(node)
+        node, peak = g.node("Max", [high, low, g.const(f"{base}/floor", np.array(ROW_SCALE_FLOOR, np.float32))], base)
         nodes.append(node)
         node, prepared["row_scale"] = g.node("Mul", [peak, g.const(f"{base}/inv127", np.array(1 / 127, np.float32))], base)
         nodes.append(node)
-        node, scaled = g.node("Div", [a, prepared["row_scale"]], base)
+        node, scaled = g.node("Div", [masked, prepared["row_scale"]], base)
         nodes.append(node)
         prepared["one"] = g.const(f"{base}/one", np.array(1.0, np.float32))
         prepared["zero_point"] = g.const(f"{base}/zero_point", np.array(128, np.uint8))

@@ -299,14 +299,10 @@ def clean_up_spaces(text: str) -> str:
 # ---------------------------------------------------------------- the recogniser
 
 def _session(path: Path, provider: str, threads: int | None):
-    import onnxruntime as ort
+    from codes.runtime.sessions import open_session
 
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if provider == "cuda" else ["CPUExecutionProvider"]
-    return ort.InferenceSession(str(path), options, providers=providers)
+    return open_session(path, providers, threads)
 
 
 class WhisperModel:

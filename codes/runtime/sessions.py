@@ -12,6 +12,8 @@ import numpy as np
 import onnxruntime as ort
 
 from codes.common.errors import GraphFailed, UserError
+from codes.common.isa import FULL_RANGE, int8_weight_levels
+from codes.runtime.int8_weights import reranged_weights
 from codes.runtime.probe import CAUSAL_ADVICE, probe_bidirectional
 
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
@@ -79,10 +81,29 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
     if profile_dir is not None:
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(profile_dir) / Path(path).stem)
+    providers = providers or ["CPUExecutionProvider"]
     try:
-        return ort.InferenceSession(str(path), sess_options=options, providers=providers or ["CPUExecutionProvider"])
+        # int8 weights this CPU's kernels would saturate on, re-ranged (codes/runtime/int8_weights.py); the
+        # arrays must outlive the session, which holds them without a copy.
+        overrides = fit_int8_weights(options, path) if providers[0] == "CPUExecutionProvider" else []
+        session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
     except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs
         raise UserError(f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}") from None
+    session.reranged_int8 = overrides  # kept alive with the session; empty where the weights fit as built
+    return session
+
+
+def fit_int8_weights(options: ort.SessionOptions, path: Path, levels: int | None = None) -> list:
+    """Hand `options` the int8 weights of the graph at `path` re-ranged to +-levels (None: what this CPU's
+    kernels sum exactly; codes/runtime/int8_weights.py); returns what the session must keep alive."""
+    levels = int8_weight_levels() if levels is None else levels
+    if levels >= FULL_RANGE:
+        return []
+    overrides = [(name, ort.OrtValue.ortvalue_from_numpy(array))
+                 for name, array in reranged_weights(Path(path), levels).items()]
+    for name, value in overrides:
+        options.add_initializer(name, value)
+    return overrides
 
 
 def run_bound(session: ort.InferenceSession, inputs: dict, outputs: dict[str, str]) -> list[ort.OrtValue]:
