@@ -13,6 +13,11 @@ OUTLIER_GAIN times larger) and massive activations (the delimiter tokens every p
 MASSIVE_GAIN times the typical magnitude in two of those channels, through every layer; Sun 2024).
 docs/DESIGN.md §outliers.
 
+Random heads are confident: their top logit stands far above the next, so small errors in the backbone
+rarely change a decision. A trained model's heads are not (its top logits are nearly tied, and weight-only
+int8 alone keeps well under its fp32 argmax), which is what per-token activation error costs. The `-tied`
+kinds (`tiny-tied`, `wide-tied`, `full-tied`) give the audio heads TIED_HEAD_GAIN of the confident gain.
+
 A freshly initialised backbone gives nearly identical hidden states over an
 all-MASK target, so decoded codes hardly depend on the text and parity tests
 prove little (docs/DESIGN.md §test-weights). The weights are therefore shaped on purpose:
@@ -49,7 +54,7 @@ SIZES = {
     ),
 }
 CODEC_SIZE = {"wide": "tiny"}  # the quantization benchmarks never decode audio at scale
-KINDS = ("random", "outlier")
+KINDS = ("random", "outlier", "tied")
 GENERATED = tuple(f"{size}-{kind}" for size in SIZES for kind in KINDS)
 # Trained Qwen-style models carry hidden channels tens of times the median magnitude (Sun 2024).
 OUTLIER_GAIN = 32.0
@@ -61,6 +66,8 @@ MASSIVE_GAIN = 1000.0
 MASSIVE_CHANNELS = 2  # of the outlier hidden channels
 MASSIVE_TOKENS = ("<|lang_start|>", "<|text_start|>")  # in every conditional prompt
 TEXT_VOCAB_SIZE = 151676
+HEAD_GAIN = 3.0  # the audio heads' std times sqrt(hidden): confident decisions
+TIED_HEAD_GAIN = 0.3  # the -tied kinds': top logits within a few hundredths of a nat of each other
 
 
 def _llm_config(size: str):
@@ -83,7 +90,7 @@ def _llm_config(size: str):
 SHAPING = {"tiny": (3.0, 1.5), "full": (1.5, 1.0), "wide": (1.5, 1.0)}
 
 
-def _shape_weights(model, generator, size: str) -> None:
+def _shape_weights(model, generator, size: str, head_gain: float = HEAD_GAIN) -> None:
     """Make a random model input-dependent (see module docstring)."""
     import torch
 
@@ -101,7 +108,7 @@ def _shape_weights(model, generator, size: str) -> None:
             attn.k_norm.weight.fill_(qk_gain)
             normal_(attn.o_proj.weight, residual_gain / attn.o_proj.in_features**0.5)
             normal_(mlp.down_proj.weight, residual_gain / mlp.down_proj.in_features**0.5)
-        normal_(model.audio_heads.weight, 3.0 / hidden**0.5)
+        normal_(model.audio_heads.weight, head_gain / hidden**0.5)
 
 
 def outlier_channels(hidden_size: int, intermediate_size: int, num_layers: int, seed: int) -> tuple[list, list]:
@@ -132,7 +139,8 @@ def _add_outliers(model, seed: int, massive_token_ids: list[int]) -> None:
             layer.mlp.up_proj.weight[up_rows] *= OUTLIER_GAIN
 
 
-def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0, outliers: bool = False) -> Path:
+def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0, outliers: bool = False,
+                               tied: bool = False) -> Path:
     """Write config.json, model.safetensors, tokenizer files and audio_tokenizer/ into out_dir."""
     import torch
     from omnivoice.models.omnivoice import OmniVoice, OmniVoiceConfig
@@ -146,7 +154,7 @@ def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0,
     torch.manual_seed(seed)
     config = OmniVoiceConfig(llm_config=_llm_config(size).to_dict())
     model = OmniVoice(config).eval()
-    _shape_weights(model, torch.Generator().manual_seed(seed), size)
+    _shape_weights(model, torch.Generator().manual_seed(seed), size, TIED_HEAD_GAIN if tied else HEAD_GAIN)
     write_tokenizer_files(out_dir)
     if outliers:
         tokenizer = TextTokenizer.from_dir(out_dir)
@@ -154,7 +162,8 @@ def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0,
     model.save_pretrained(str(out_dir))
     write_higgs_checkpoint(out_dir / "audio_tokenizer", size=CODEC_SIZE.get(size, size), seed=seed)
     (out_dir / "README.md").write_text(
-        f"Random-weight OmniVoice checkpoint ({size}, seed {seed}{', with outlier channels and massive activations' * outliers}) made by omnivoice-onnx "
+        f"Random-weight OmniVoice checkpoint ({size}, seed {seed}{', with outlier channels and massive activations' * outliers}"
+        f"{', with nearly tied head logits' * tied}) made by omnivoice-onnx "
         f"generator v{GENERATOR_VERSION}. It is for tests and benchmarks: it speaks noise.\n"
     )
     return out_dir
@@ -185,7 +194,7 @@ def generated_folder(name: str, seed: int = 0) -> tuple[Path, dict]:
     size, kind = name.split("-")
     final = cache_dir("checkpoints") / f"{name}-v{GENERATOR_VERSION}-seed{seed}"
     generate_once(final, name, lambda folder: write_omnivoice_checkpoint(folder, size=size, seed=seed,
-                                                                        outliers=kind == "outlier"))
+                                                                        outliers=kind == "outlier", tied=kind == "tied"))
     identity = {"kind": name, "seed": seed, "generator_version": GENERATOR_VERSION, "path": str(final)}
     return final, identity
 
