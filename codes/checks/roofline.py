@@ -144,6 +144,7 @@ GEMM_KERNELS = (
     Kernel("MatMulNBits int8, int8 compute", "n-bit GEMM", matmul_nbits(8, 4)),
     Kernel("MatMul fp32", "fp32 GEMM", matmul_fp32),
 )
+INTEGER_KERNELS = tuple(kernel for kernel in GEMM_KERNELS if kernel.cls == "int8 GEMM")
 
 
 def gqa_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool, rotary: bool = True):
@@ -419,4 +420,61 @@ def class_table(ops: list[OpRun], peaks: Peaks, num_heads: int, head_dim: int) -
         rows.append({"class": cls, "seconds": seconds, "unit": unit, "work": work,
                      "achieved": work / seconds if seconds else None, "floor_seconds": floor,
                      "peak": work / floor if floor else None, "unmeasured": sum(f is None for f in floors)})
+    return rows
+
+
+# --- the yardstick: the step against the ISA, not against our own kernels ---------------------------------
+
+
+def attention_gemms(op: OpRun, num_heads: int, head_dim: int) -> list[tuple[int, int, int, int]]:
+    """Attention's two products as GEMMs: (count, M, K, N) of Q.K^T ([S, D] x [D, T] a head and sequence) and
+    P.V ([S, T] x [T, D])."""
+    batch, queries, keys = op.input_shapes[0][0], op.input_shapes[0][1], op.input_shapes[1][1]
+    return [(batch * num_heads, queries, head_dim, keys), (batch * num_heads, queries, keys, head_dim)]
+
+
+def layer_activation_floats(dims: dict, intermediate: int) -> int:
+    """Floats a token's layer must write once (and read once): its input, q/k/v, attention's output, the MLP's
+    intermediate and its output."""
+    q, kv = dims["num_attention_heads"] * dims["head_dim"], dims["num_key_value_heads"] * dims["head_dim"]
+    return dims["hidden_size"] + (q + 2 * kv) + q + intermediate + dims["hidden_size"]
+
+
+def isa_table(ops: list[OpRun], peaks: Peaks, dims: dict, intermediate: int, backbone: str) -> list[dict]:
+    """Per op class of one step: its seconds against the ISA's yardstick. Every GEMM-shaped multiply-add of the
+    backbone (its linear layers, outlier channels included, and attention's Q.K^T and P.V) at the best integer
+    rate measured at its shape; the other graphs' GEMMs (the heads) at the best fp32 rate; memory at the
+    measured bandwidth, for the weights once and one write and one read of each activation the layer's maths
+    needs (layer_activation_floats), charged to the rest."""
+    heads, head_dim = dims["num_attention_heads"], dims["head_dim"]
+
+    def gemm_seconds(m: int, k: int, n: int, classes) -> float | None:
+        rate = peaks.gemm_peak(m, k, n, classes)
+        return m * k * n / 1e9 / rate if rate else None
+
+    rows, tokens = [], step_tokens(ops)
+    for cls in CLASSES:
+        members = [op for op in ops if op.cls == cls]
+        if not members:
+            continue
+        floor, unmeasured = 0.0, 0
+        for op in members:
+            if op.is_gemm:
+                classes = INTEGER if op.graph == backbone else FLOAT
+                seconds = gemm_seconds(*gemm_dims(op.input_shapes, op.output_shapes[0]), classes)
+                seconds = None if seconds is None else max(seconds, op.parameter_bytes / 1e9 / peaks.bandwidth_gbs)
+            elif cls == "attention":
+                parts = [(count, gemm_seconds(m, k, n, INTEGER)) for count, m, k, n in attention_gemms(op, heads, head_dim)]
+                seconds = None if any(s is None for _, s in parts) else sum(count * s for count, s in parts)
+            else:
+                continue  # the rest: what it must move, below
+            if seconds is None:
+                unmeasured += 1
+            else:
+                floor += seconds
+        if cls == "the rest":
+            moved = 2 * 4 * layer_activation_floats(dims, intermediate) * dims["num_hidden_layers"] * tokens
+            floor = moved / 1e9 / peaks.bandwidth_gbs
+        rows.append({"class": cls, "seconds": sum(op.seconds for op in members), "isa_seconds": floor,
+                     "unmeasured": unmeasured})
     return rows

@@ -11,6 +11,7 @@ from codes.checks.results_page import machine, machine_line, write_page
 from codes.checks.workloads import WORKLOADS, Case
 from codes.common.errors import UserError, run_cli
 from codes.runtime.manifest import read_manifest
+from codes.runtime.specs import BACKBONE
 
 # The step's two headline cases: the benchmark's 10 s utterance and the voice assistant's 2 s reply.
 CASES = (WORKLOADS["10s"][0], Case("2 s reply", ("Turning on the kitchen lights.",), (2.1,)))
@@ -76,6 +77,12 @@ def measure(args: argparse.Namespace, log=print) -> dict:
     shapes = sorted(set(listed) | step_gemm_shapes(steps.values())) + [(SQUARE, SQUARE, SQUARE)]
     log("GEMM kernels")
     gemm = roofline.gemm_rates(shapes, args.threads, args.seconds, log=log)
+    # attention's products as integer GEMMs of their shapes: the yardstick's rate for them
+    heads, head_dim = dims["num_attention_heads"], dims["head_dim"]
+    attention_shapes = sorted({(m, k, n) for ops_ in steps.values() for op in ops_ if op.cls == "attention"
+                               for _, m, k, n in roofline.attention_gemms(op, heads, head_dim)} - set(shapes))
+    log("attention's products as integer GEMMs")
+    gemm += roofline.gemm_rates(attention_shapes, args.threads, args.seconds, kernels=roofline.INTEGER_KERNELS, log=log)
     log("attention kernels")
     lengths = sorted(set(args.seq) | {op.input_shapes[0][1] for ops_ in steps.values() for op in ops_
                                       if op.cls == "attention"})
@@ -87,6 +94,7 @@ def measure(args: argparse.Namespace, log=print) -> dict:
     tables = {f"{folder}|{case}": {
         "build": folder, "case": case,
         "classes": roofline.class_table(ops_, peaks, dims["num_attention_heads"], dims["head_dim"]),
+        "isa": roofline.isa_table(ops_, peaks, dims, inter, BACKBONE.key),
         "tokens": roofline.step_tokens(ops_)}
         for (folder, case), ops_ in steps.items()}
     return {"machine": machine(), "threads": args.threads, "date": datetime.date.today().isoformat(),
@@ -144,6 +152,25 @@ def markdown(report: dict) -> list[str]:
                          f"{c['floor_seconds']:.3f} | {_f(c['seconds'] / c['floor_seconds'] if c['floor_seconds'] else None, 2)} |")
         lines.append(f"| {build} | {table['case']} | {table['tokens']} | **step** | **{total:.3f}** | | | | "
                      f"**{floor:.3f}** | **{total / floor:.2f}** |")
+    lines += ["", "## One decoding step against the ISA", "",
+              "The yardstick: every multiply-add of the backbone that is a GEMM (its linear layers, outlier channels "
+              "included, and attention's Q·Kᵀ and P·V as GEMMs of their shapes) at the best integer rate measured "
+              "at its shape, the heads at the best fp32 rate, and memory at the measured bandwidth for the weights "
+              "once plus one write and one read of each activation the layer's maths needs (its input, q/k/v, "
+              "attention's output, the MLP's intermediate, its output), charged to the rest. The table above holds "
+              "each op to our own kernels; this one holds it to what the ISA runs.", "",
+              "| build | case | class | s | share | s at the ISA's yardstick | × from it |", "|---|---|---|---|---|---|---|"]
+    for table in report["steps"].values():
+        rows = table.get("isa", [])
+        total, floor = sum(r["seconds"] for r in rows), sum(r["isa_seconds"] for r in rows)
+        build = Path(table["build"]).name
+        for r in rows:
+            distance = r["seconds"] / r["isa_seconds"] if r["isa_seconds"] else None
+            lines.append(f"| {build} | {table['case']} | {r['class']} | {r['seconds']:.3f} | "
+                         f"{r['seconds'] / total:.0%} | {r['isa_seconds']:.3f} | {_f(distance, 2)} |")
+        if rows:
+            lines.append(f"| {build} | {table['case']} | **step** | **{total:.3f}** | 100% | **{floor:.3f}** | "
+                         f"**{total / floor:.2f}** |")
     unmeasured = [f"{Path(t['build']).name} {t['case']} {c['class']}: {c['unmeasured']} op(s)"
                   for t in report["steps"].values() for c in t["classes"] if c["unmeasured"]]
     kernels_missing = sorted({r["kernel"] for r in report["gemm"] + report["attention"] if r["gmacs"] is None})

@@ -54,6 +54,35 @@ def test_class_table_holds_each_op_to_the_best_kernel_at_its_shape():
     assert rest["unit"] == "GB" and rest["floor_seconds"] == pytest.approx(4.0 / 10.0)
 
 
+def test_the_isa_yardstick_holds_every_gemm_shaped_mac_to_the_integer_rate():
+    """Outlier channels' fp32 GEMMs and attention's two products count at the integer rate of their shapes, the
+    heads at the fp32 rate, and the rest moves only what the layer's maths needs."""
+    dims = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "num_hidden_layers": 2}
+    int8 = [{"class": "int8 GEMM", "m": m, "k": k, "n": n, "gmacs": rate}
+            for m, k, n, rate in [(100, 64, 32, 2.0), (100, 8, 32, 0.5), (100, 16, 100, 1.0), (100, 100, 16, 1.0)]]
+    peaks = roofline.Peaks(gemm=int8 + [{"class": "fp32 GEMM", "m": 100, "k": 64, "n": 32, "gmacs": 8.0},
+                                        {"class": "fp32 GEMM", "m": 100, "k": 8, "n": 32, "gmacs": 16.0}],
+                           attention=[{"seq": 100, "gmacs": 0.1}], bandwidth_gbs=10.0)
+    ops = [roofline.OpRun("llm_decoder", "mm", "MatMulIntegerToFloat", 1.0, [[1, 100, 64]], [[1, 100, 32]], 0, 0),
+           roofline.OpRun("llm_decoder", "outliers", "MatMul", 0.1, [[1, 100, 8]], [[1, 100, 32]], 0, 0),
+           roofline.OpRun("audio_heads_decoder", "heads", "MatMul", 0.3, [[1, 100, 64]], [[1, 100, 32]], 0, 0),
+           roofline.OpRun("llm_decoder", "att", "GroupQueryAttention", 0.5, [[1, 100, 64], [1, 100, 32]],
+                          [[1, 100, 64]], 0, 0),
+           roofline.OpRun("llm_decoder", "norm", "SimplifiedLayerNormalization", 0.2, [[1, 100, 64]], [[1, 100, 64]],
+                          10**9, 0)]
+    rows = {r["class"]: r for r in roofline.isa_table(ops, peaks, dims, intermediate=128, backbone="llm_decoder")}
+    assert rows["int8 GEMM"]["isa_seconds"] == pytest.approx(100 * 64 * 32 / 1e9 / 2.0)
+    # the outliers' K=8 GEMM at the integer rate of its shape (0.5), the heads' at fp32's (8.0)
+    assert rows["fp32 GEMM"]["isa_seconds"] == pytest.approx(100 * 8 * 32 / 1e9 / 0.5 + 100 * 64 * 32 / 1e9 / 8.0)
+    # 4 heads of Q.K^T [100 x 16] x [16 x 100] and P.V [100 x 100] x [100 x 16], at 1.0 GMAC/s (not GQA's 0.1)
+    assert rows["attention"]["isa_seconds"] == pytest.approx(2 * 4 * 100 * 16 * 100 / 1e9 / 1.0)
+    floats = 64 + (64 + 2 * 32) + 64 + 128 + 64
+    assert roofline.layer_activation_floats(dims, 128) == floats
+    assert rows["the rest"]["isa_seconds"] == pytest.approx(2 * 4 * floats * 2 * 100 / 1e9 / 10.0)
+    assert all(r["unmeasured"] == 0 for r in rows.values())
+
+
 def test_kernel_graphs_compute_what_they_claim():
     """The timed graphs are the products they are named for, not empty shells: DynamicQuantizeMatMul
     against numpy, and bidirectional GQA against softmax(QK^T)V with repeated key heads."""
