@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Our builds against upstream PyTorch as a user meets them, on this CPU (codes/checks/cpu_speed.py).
+
+  python bench/cpu_speed.py --builds models/full-cpu_int8 --checkpoint full-random --out bench/cpu_speed_<isa>.md
+  python bench/cpu_speed.py --builds OLD NEW --rounds 2          # two builds side by side, no torch
+
+Each build runs `inference.py` as a whole process; upstream's `generate` is timed alone, in fp32 and, where the
+CPU multiplies bf16 natively, bf16; rounds interleave them. The page names the CPU and its instruction sets.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from codes.checks.cpu_speed import measure, page  # noqa: E402  (the checkout's library, as a script)
+from codes.checks.results_page import bench_parser, machine, machine_line, write_page  # noqa: E402
+from codes.common.errors import run_cli  # noqa: E402
+
+
+def main(argv=None) -> int:
+    p = bench_parser(__doc__)
+    p.add_argument("--builds", type=Path, nargs="+", required=True, help="our builds; the first is the ratios' base")
+    p.add_argument("--checkpoint", help="upstream's checkpoint: a folder or a generated name (none: ours only)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seconds", type=float, default=10.0, help="the utterance's duration (default 10)")
+    p.add_argument("--num_steps", type=int, default=32)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--work", type=Path, default=ROOT / "models" / "cpu-speed", help="where the WAVs go")
+    p.add_argument("--out", type=Path, help="the page to write (and its .json beside it)")
+    args = p.parse_args(argv)
+
+    def run() -> None:
+        checkpoint = None
+        if args.checkpoint:
+            from codes.export.checkpoint import resolve_checkpoint
+
+            checkpoint = resolve_checkpoint(args.checkpoint).path
+        data = measure(args.builds, checkpoint, args.threads, args.seconds, args.num_steps, args.rounds, args.work)
+        command = "python bench/cpu_speed.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+        info = machine()
+        write_page(args.out, page(data, machine_line(info), command), {**data, "machine": info})
+
+    return run_cli(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""bench/cpu_speed.py on the tiny fp32 build: our whole process and upstream's generate, really run and
+interleaved, on a page that names the CPU. (No timing assertion: speeds are what this machine gives.)"""
+
+from __future__ import annotations
+
+import json
+
+from codes.checks.cpu_speed import upstream_dtypes
+from helpers.scripts import run_script
+from helpers.synthesis_inputs import FP32_BUILD
+
+
+def test_upstream_runs_in_bf16_only_where_the_cpu_multiplies_bf16():
+    assert upstream_dtypes(frozenset({"avx2", "avx512f"})) == ["fp32"]
+    assert upstream_dtypes(frozenset({"avx512_bf16"})) == ["fp32", "bf16"]
+    assert upstream_dtypes(frozenset({"amx_bf16", "amx_int8"})) == ["fp32", "bf16"]
+
+
+def test_the_page_times_our_process_and_upstream_side_by_side(builds, tmp_path):
+    folder = builds.get(*FP32_BUILD)
+    out = tmp_path / "speed.md"
+    result = run_script("bench/cpu_speed.py", "--builds", folder, "--checkpoint", "tiny-random", "--seconds", "2",
+                        "--num_steps", "2", "--rounds", "1", "--work", tmp_path / "work", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert set(data["runs"]) == {f"ours:{folder}"} | {f"upstream:{dtype}" for dtype in upstream_dtypes()}
+    assert all(len(times) == 1 and times[0] > 0 for times in data["runs"].values())
+    page = out.read_text()
+    assert data["machine"]["cpu"] in page and "upstream fp32, generate alone" in page
+    assert f"`{folder.name}`, whole process" in page
+    assert (tmp_path / "work" / "ours0.wav").stat().st_size > 44
+
+
+def test_a_folder_that_is_not_a_build_is_one_line(tmp_path):
+    result = run_script("bench/cpu_speed.py", "--builds", tmp_path, "--out", tmp_path / "page.md")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path} has no omnivoice_manifest.json; pass a folder optimize.py built"]
+    assert not (tmp_path / "page.md").exists()
