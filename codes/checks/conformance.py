@@ -109,7 +109,7 @@ def _text_cases() -> list[dict]:
 
 
 def _text_run(inputs: dict) -> dict:
-    from codes.runtime.text import (add_punctuation, chunk_long_text, chunk_text_punctuation, combine_text,
+    from codes.runtime.text.cleanup import (add_punctuation, chunk_long_text, chunk_text_punctuation, combine_text,
                                     contains_chinese, split_nonverbal)
 
     text = inputs["text"]
@@ -128,7 +128,7 @@ def _stream_cases() -> list[dict]:
 
 
 def _stream_run(inputs: dict) -> dict:
-    from codes.runtime.chunks import TextStream, stream_chunks
+    from codes.runtime.text.chunks import TextStream, stream_chunks
 
     text, size = inputs["text"], inputs["push_size"]
     stream = TextStream()
@@ -179,7 +179,7 @@ def tokenizer():
     global _TOKENIZER
     if _TOKENIZER is None:
         from codes.export.tokenizer_build import cached_tokenizer_json
-        from codes.runtime.text_tokenizer import TextTokenizer
+        from codes.runtime.text.tokenizer import TextTokenizer
 
         path = cached_tokenizer_json()
         _TOKENIZER = (TextTokenizer.from_file(path), hashlib.sha256(path.read_bytes()).hexdigest())
@@ -202,7 +202,7 @@ def _tokens_cases() -> list[dict]:
 
 
 def _tokens_run(inputs: dict) -> dict:
-    from codes.runtime.prompt import text_token_ids
+    from codes.runtime.voices.prompt import text_token_ids
 
     tok = tokenizer()[0]
     if "encode" in inputs:
@@ -225,7 +225,7 @@ def _duration_cases() -> list[dict]:
 
 
 def _duration_run(inputs: dict) -> dict:
-    from codes.runtime.duration import (FALLBACK_REF_FRAMES, FALLBACK_REF_TEXT, char_weight, estimate_frames,
+    from codes.runtime.text.duration import (FALLBACK_REF_FRAMES, FALLBACK_REF_TEXT, char_weight, estimate_frames,
                                         resolve_target_len)
 
     if "chars" in inputs:
@@ -260,7 +260,7 @@ def _prompt_cases() -> list[dict]:
 
 
 def _prompt_item(item: dict):
-    from codes.runtime.prompt import build_prompt
+    from codes.runtime.voices.prompt import build_prompt
 
     codes = np.asarray(item["ref_codes"], np.int64) if "ref_codes" in item else None
     return build_prompt(tokenizer()[0], item["text"], item["target_len"], ref_text=item.get("ref_text"),
@@ -268,7 +268,7 @@ def _prompt_item(item: dict):
 
 
 def _prompt_run(inputs: dict) -> dict:
-    from codes.runtime.prompt import build_cfg_batch
+    from codes.runtime.voices.prompt import build_cfg_batch
 
     if "item" in inputs:
         prompt = _prompt_item(inputs["item"])
@@ -288,7 +288,7 @@ def _schedule_cases() -> list[dict]:
 
 
 def _schedule_run(inputs: dict) -> dict:
-    from codes.runtime.decoding import reveal_schedule, time_steps
+    from codes.runtime.model.decoding import reveal_schedule, time_steps
 
     return {"time_steps": floats(time_steps(inputs["num_steps"], inputs["t_shift"])),
             "reveal_counts": reveal_schedule(inputs["target_len"], inputs["num_steps"], inputs["t_shift"])}
@@ -297,7 +297,7 @@ def _schedule_run(inputs: dict) -> dict:
 def _reveal_cases() -> list[dict]:
     """Recorded cell scores (what the scoring graph, or the numpy scoring, gives at each step), rounded to one
     decimal so that equal scores meet and the tie rule decides; -inf scores too."""
-    from codes.runtime.decoding import reveal_schedule
+    from codes.runtime.model.decoding import reveal_schedule
 
     cases = []
     for name, target_lens, num_steps, seed in (("two_items", [3, 5], 4, 21), ("one_item_many_ties", [4], 3, 22),
@@ -318,8 +318,8 @@ def _reveal_cases() -> list[dict]:
 
 
 def _reveal_run(inputs: dict) -> dict:
-    from codes.runtime.decoding import reveal_top_k
-    from codes.runtime.specs import AUDIO_MASK_ID
+    from codes.runtime.contract.specs import AUDIO_MASK_ID
+    from codes.runtime.model.decoding import reveal_top_k
 
     tokens = [np.full((8, t), AUDIO_MASK_ID, np.int64) for t in inputs["target_lens"]]
     after = []
@@ -351,8 +351,8 @@ def _cell_cases() -> list[dict]:
 
 
 def _cell_run(inputs: dict) -> dict:
-    from codes.runtime.decoding import RandomNoise, cell_scores, gumbel_noise
-    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.contract.settings import GenerationSettings
+    from codes.runtime.model.decoding import RandomNoise, cell_scores, gumbel_noise
 
     if "uniform" in inputs:
         return {"gumbel": floats(gumbel_noise(np.asarray(inputs["uniform"], np.float32)))}
@@ -391,10 +391,10 @@ def _noise_cases() -> list[dict]:
 
 
 def _noise_run(inputs: dict) -> dict:
-    from codes.runtime.decoding import RandomNoise, item_noises, iterative_decode
-    from codes.runtime.prompt import CfgBatch
-    from codes.runtime.settings import GenerationSettings
-    from codes.runtime.specs import AUDIO_VOCAB_SIZE
+    from codes.runtime.contract.settings import GenerationSettings
+    from codes.runtime.contract.specs import AUDIO_VOCAB_SIZE
+    from codes.runtime.model.decoding import RandomNoise, item_noises, iterative_decode
+    from codes.runtime.voices.prompt import CfgBatch
 
     if "target_lens" in inputs:
         target_lens = inputs["target_lens"]
@@ -452,7 +452,7 @@ def _resample_cases() -> list[dict]:
 
 
 def _resample_run(inputs: dict) -> dict:
-    from codes.runtime.audio import resample
+    from codes.runtime.audio.processing import resample
 
     wav = read_floats(inputs["wav"])
     if inputs["method"] == "sinc":
@@ -498,8 +498,8 @@ def _pcm_wav(pcm) -> np.ndarray:
 
 
 def _post_run(inputs: dict) -> dict:
-    from codes.runtime import audio
-    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.audio import processing as audio
+    from codes.runtime.contract.settings import GenerationSettings
 
     function = inputs["function"]
     if function == "post_process":
@@ -518,60 +518,60 @@ def _post_run(inputs: dict) -> dict:
 
 STAGES = (
     Stage("text", "Text clean-up, end punctuation, non-verbal tags and long-form chunking over a multilingual list.",
-          ("text.combine_text", "text.add_punctuation", "text.split_nonverbal", "text.contains_chinese",
-           "text.chunk_text_punctuation", "text.chunk_long_text"),
+          ("text.cleanup.combine_text", "text.cleanup.add_punctuation", "text.cleanup.split_nonverbal", "text.cleanup.contains_chinese",
+           "text.cleanup.chunk_text_punctuation", "text.cleanup.chunk_long_text"),
           ("omnivoice.models.omnivoice._combine_text", "omnivoice.utils.text.add_punctuation",
            "omnivoice.models.omnivoice._tokenize_with_nonverbal_tags (its split)",
            "omnivoice.utils.text.chunk_text_punctuation", "OmniVoice._generate_chunked (its chunk length)"),
           0.0, _text_cases, _text_run),
     Stage("stream_chunks", "Streaming chunks: the whole text at once, and the same text pushed a few characters at a time.",
-          ("chunks.stream_chunks", "chunks.TextStream.push", "chunks.TextStream.flush"), ("(ours: upstream streams nothing)",),
+          ("text.chunks.stream_chunks", "text.chunks.TextStream.push", "text.chunks.TextStream.flush"), ("(ours: upstream streams nothing)",),
           0.0, _stream_cases, _stream_run),
     Stage("settle", "A request settled: language and instruct resolved, target length and speed; refusals as errors.",
-          ("request.settle", "voice_design.resolve_language", "voice_design.resolve_instruct",
-           "duration.resolve_target_len"),
+          ("request.settle", "text.voice_design.resolve_language", "text.voice_design.resolve_instruct",
+           "text.duration.resolve_target_len"),
           ("OmniVoice._preprocess_all", "omnivoice.models.omnivoice._resolve_language",
            "omnivoice.models.omnivoice._resolve_instruct", "OmniVoice._estimate_target_tokens"),
           1e-12, _settle_cases, _settle_run),
     Stage("tokens", "Token ids of the Qwen3 byte-level BPE with OmniVoice's tags (tokenizer.json's sha256 below).",
-          ("text_tokenizer.TextTokenizer.encode", "prompt.text_token_ids"),
+          ("text.tokenizer.TextTokenizer.encode", "voices.prompt.text_token_ids"),
           ("transformers.AutoTokenizer (Qwen2TokenizerFast)", "omnivoice.models.omnivoice._tokenize_with_nonverbal_tags"),
           0.0, _tokens_cases, _tokens_run),
     Stage("duration", "Each character's weight, and a text's frames from its reference (or the fallback) and speed "
-          "or duration.", ("duration.char_weight", "duration.estimate_frames", "duration.resolve_target_len"),
+          "or duration.", ("text.duration.char_weight", "text.duration.estimate_frames", "text.duration.resolve_target_len"),
           ("omnivoice.utils.duration.RuleDurationEstimator", "OmniVoice._estimate_target_tokens",
            "OmniVoice._preprocess_all"),
           1e-9, _duration_cases, _duration_run),
     Stage("prompt", "One item's input ids [8, N] and audio mask [N] for plain, design and clone requests, and the CFG "
           "batch of three (attention_mask [2B, 1, S, S] as one string of 0 and 1 per query row, rows in order).",
-          ("prompt.build_prompt", "prompt.build_cfg_batch"),
+          ("voices.prompt.build_prompt", "voices.prompt.build_cfg_batch"),
           ("OmniVoice._prepare_inference_inputs", "OmniVoice._generate_iterative (its batch)"),
           0.0, _prompt_cases, _prompt_run),
     Stage("schedule", "The shifted times (float32, bit-equal to upstream) and the cells each step reveals.",
-          ("decoding.time_steps", "decoding.reveal_schedule"),
+          ("model.decoding.time_steps", "model.decoding.reveal_schedule"),
           ("omnivoice.models.omnivoice._get_time_steps", "OmniVoice._generate_iterative (its schedule)"),
           0.0, _schedule_cases, _schedule_run),
     Stage("reveals", "Each step's reveals given recorded cell tokens and scores: the reveal_count best still-masked "
-          "cells, equal scores to the lower flat index (codebook-major).", ("decoding.reveal_top_k",),
+          "cells, equal scores to the lower flat index (codebook-major).", ("model.decoding.reveal_top_k",),
           ("OmniVoice._generate_iterative (its topk over masked cells)",), 0.0, _reveal_cases, _reveal_run),
     Stage("cell_scores", "The numpy reference of the cell-scoring graphs on a vocabulary of 17: guided log-probs, "
           "a token per cell, and its score, with seeded noise; the Gumbel transform of uniforms.",
-          ("decoding.cell_scores", "decoding.gumbel_noise"),
+          ("model.decoding.cell_scores", "model.decoding.gumbel_noise"),
           ("OmniVoice._predict_tokens_with_scoring", "OmniVoice._generate_iterative (layer penalty, position noise)",
            "omnivoice.models.omnivoice._gumbel_sample",
            "omnivoice.models.omnivoice._filter_top_k"), 1e-4, _cell_cases, _cell_run),
     Stage("noise", "Seeded noise: PCG64's state and raw outputs (hex), numpy's float32 uniforms in draw order, "
           "seed + i per item, and which draws a decode makes in which order.",
-          ("decoding.RandomNoise", "decoding.item_noises", "decoding.iterative_decode"),
+          ("model.decoding.RandomNoise", "model.decoding.item_noises", "model.decoding.iterative_decode"),
           ("torch.rand_like in OmniVoice._generate_iterative (replaced by numpy's generator)",), 1e-6,
           _noise_cases, _noise_run),
     Stage("resample", "The two resamplers on short clips: torchaudio's sinc (reference clips, audio.resample) and "
-          "soxr (the codec's input, codec.HiggsCodec.prepare).", ("audio.resample", "soxr.resample"),
+          "soxr (the codec's input, audio.codec.HiggsCodec.prepare).", ("audio.processing.resample", "soxr.resample"),
           ("torchaudio.functional.resample (create_voice_clone_prompt)", "HiggsAudioV2TokenizerModel's soxr input"),
           1e-5, _resample_cases, _resample_run),
     Stage("postprocess", f"Post-processing of a short waveform at {POST_RATE} Hz, given as 16-bit samples "
           "(wav = pcm16 / 32768): silence removal, loudness, fades, padding and chunk cross-fades.",
-          ("audio.post_process", "audio.remove_silence", "audio.cross_fade_chunks", "audio.match_loudness"),
+          ("audio.processing.post_process", "audio.processing.remove_silence", "audio.processing.cross_fade_chunks", "audio.processing.match_loudness"),
           ("OmniVoice._post_process_audio", "omnivoice.utils.audio.remove_silence",
            "omnivoice.utils.audio.fade_and_pad_audio", "omnivoice.utils.audio.cross_fade_chunks"),
           1e-6, _post_cases, _post_run),

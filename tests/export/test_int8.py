@@ -17,7 +17,7 @@ from codes.export.calibration import calibrate, fold_smoothing
 from codes.export.checkpoint import generated_checkpoint, load_omnivoice
 from codes.export.generated import MASSIVE_CHANNELS, OUTLIER_HIDDEN_CHANNELS, outlier_channels as generated_outliers
 from codes.export.int8 import Int8Scheme, linear_site, outlier_channels, quantize_graph, quantize_weight
-from codes.runtime.text_tokenizer import TextTokenizer
+from codes.runtime.text.tokenizer import TextTokenizer
 
 K, N = 64, 96
 NODE = "/model/layers.0/mlp/down_proj/MatMul"

@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 
 from codes.common.errors import GraphFailed, UserError
-from codes.runtime.probe import CAUSAL_ADVICE, probe_bidirectional
+from codes.runtime.contract.probe import CAUSAL_ADVICE, probe_bidirectional
 
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
 ORT_TO_NUMPY = {
