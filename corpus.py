@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from codes.common.errors import run_cli
-from codes.runtime.settings import add_generation_flags, settings_from_flags
+from codes.runtime.contract.settings import add_generation_flags, settings_from_flags
 
 DEFAULT_BATCH_SIZE = 4
 UPSTREAM_BATCH_SECONDS = 1000.0  # omnivoice-infer-batch's --batch_duration default

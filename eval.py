@@ -16,9 +16,9 @@ import os
 import sys
 from pathlib import Path
 
-from codes.export.fidelity import DEFAULT_STEPS as FIDELITY_STEPS
 from codes.common.errors import run_cli
 from codes.common.quiet import library_output, set_verbose
+from codes.export.fidelity import DEFAULT_STEPS as FIDELITY_STEPS
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -69,7 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.command = "python eval.py " + " ".join(map(str, sys.argv[1:] if argv is None else argv))
-    from codes.runtime.manifest import find_builds
+    from codes.runtime.contract.manifest import find_builds
 
     args.model_dir, args.higgs_dir = find_builds(args.model_dir, args.higgs_dir)
     if args.mode == "rtf":

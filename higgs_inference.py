@@ -33,11 +33,11 @@ def parse_args():
 
 def main() -> int:
     args = parse_args()
-    from codes.runtime.codec import HiggsCodec
-    from codes.runtime.outputs import check_audio_output_path, check_output_path, load_codes, save_codes, write_audio
-    from codes.runtime.audio import read_audio
-    from codes.runtime.manifest import read_manifest
-    from codes.runtime.sessions import providers_for, resolve_provider
+    from codes.runtime.audio.codec import HiggsCodec
+    from codes.runtime.audio.outputs import check_audio_output_path, check_output_path, load_codes, save_codes, write_audio
+    from codes.runtime.audio.processing import read_audio
+    from codes.runtime.contract.manifest import read_manifest
+    from codes.runtime.contract.sessions import providers_for, resolve_provider
 
     if bool(args.input) == bool(args.codes_in):
         raise UserError("give exactly one of --input (audio to encode) and --codes_in (codes to decode)")

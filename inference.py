@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from codes.common.errors import UserError, run_cli
-from codes.runtime.settings import add_generation_flags, settings_from_flags
+from codes.runtime.contract.settings import add_generation_flags, settings_from_flags
 
 # How a script's files are named in its errors: by the flags that give them.
 OUTPUT_FLAGS = {"output": "--output", "captions": "--captions", "stems": "--stems"}
@@ -145,12 +145,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from codes.runtime import jobs as job_io
-    from codes.runtime.decoding import item_noises
-    from codes.runtime.manifest import find_builds
-    from codes.runtime.outputs import check_output_path, save_codes, write_audio
+    from codes.runtime.audio.outputs import check_output_path, save_codes, write_audio
+    from codes.runtime.contract.manifest import find_builds
+    from codes.runtime.model.decoding import item_noises
+    from codes.runtime.request import Voice
     from codes.runtime.script import DEFAULT_SPEAKER, caption_words, check_outputs, utterance_caption, write_captions
     from codes.runtime.synthesis import OmniVoiceOnnx
-    from codes.runtime.request import Voice
 
     settings = settings_from_flags(args)
     if args.caption_words and args.captions is None and args.read_along is None:
@@ -249,7 +249,7 @@ def _speak_script(args, settings) -> int:
     """A script, or a book (docs/books.md): read, checked and every output checked before the model loads;
     spoken with a ledger beside the output; written whole."""
     from codes.runtime.book import book_format
-    from codes.runtime.manifest import find_builds
+    from codes.runtime.contract.manifest import find_builds
     from codes.runtime.script import ScriptLedger
     from codes.runtime.synthesis import OmniVoiceOnnx
 

@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO_ROOT))
 CLIP_SECONDS = (3, 10, 20)
 MEASURE = """
 import json, resource, sys, time
-from codes.runtime.asr import Recogniser
 from codes.export.generated_higgs import speech_like_signal
+from codes.runtime.recognition.asr import Recogniser
 folder, threads, seconds = sys.argv[1], int(sys.argv[2]), [float(s) for s in sys.argv[3].split(",")]
 start = time.perf_counter()
 recogniser = Recogniser(folder, threads=threads)

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 import serve  # noqa: E402
 from codes.checks.results_page import bench_parser, machine, machine_line, write_page # noqa: E402
-from codes.runtime.engine import WorkItem  # noqa: E402
-from codes.runtime.specs import SAMPLE_RATE  # noqa: E402
+from codes.runtime.contract.specs import SAMPLE_RATE  # noqa: E402
+from codes.runtime.model.engine import WorkItem  # noqa: E402
 from codes.serve.core.lifecycle import SpeechRequest  # noqa: E402
 from codes.serve.core.params import parse_speech  # noqa: E402
 from codes.serve.launch.startup import load_model, service_options, service_state  # noqa: E402

@@ -25,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from codes.checks.results_page import bench_parser, machine # noqa: E402
-from codes.runtime.decoding import RandomNoise  # noqa: E402
-from codes.runtime.duration import paced_frames  # noqa: E402
-from codes.runtime.engine import StepEngine, step_tokens  # noqa: E402
+from codes.runtime.contract.settings import GenerationSettings  # noqa: E402
+from codes.runtime.model.decoding import RandomNoise  # noqa: E402
+from codes.runtime.model.engine import StepEngine, step_tokens  # noqa: E402
 from codes.runtime.request import Voice  # noqa: E402
-from codes.runtime.settings import GenerationSettings  # noqa: E402
 from codes.runtime.synthesis import OmniVoiceOnnx  # noqa: E402
+from codes.runtime.text.duration import paced_frames  # noqa: E402
 from codes.serve.voices.book import DESIGN_VOICES  # noqa: E402
 from codes.serve.voices.pins import PIN_SECONDS, PIN_TEXTS, PinSettings  # noqa: E402
 

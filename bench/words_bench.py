@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, help="the markdown page to write (its .json beside it)")
     args = parser.parse_args(argv)
 
-    from codes.runtime.manifest import read_manifest, recogniser_folder
+    from codes.runtime.contract.manifest import read_manifest, recogniser_folder
 
     def folder_of(path: Path) -> Path:
         if (path / "asr_manifest.json").is_file():

@@ -139,3 +139,35 @@ def test_doors_turn_a_voice_name_into_a_voice_only_through_the_resolver():
         touched = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)} & RESOLVERS_OWN
         assert not touched, f"{door}.py makes voices itself ({sorted(touched)}); go through state.voices (Voices)"
         assert "codes.serve.voices.pins" not in imports_of(path, set(import_graph())), door
+
+
+# The runtime's folders, top to bottom (docs/layout.md): each imports only its own folder and those below it. "top" is
+# the few modules at codes/runtime/ itself (the public API and what inference.py enters by); script/ and book/ drive
+# them; data/ is the tables every host reads.
+RUNTIME_FLOORS = ("book", "script", "top", "recognition", "model", "voices", "audio", "text", "contract", "data")
+RUNTIME_FOLDERS = tuple(floor for floor in RUNTIME_FLOORS if floor != "top")
+
+
+def runtime_floor(name: str) -> int | None:
+    parts = name.split(".")
+    if parts[:2] != ["codes", "runtime"] or len(parts) < 3:
+        return None
+    return RUNTIME_FLOORS.index(parts[2] if parts[2] in RUNTIME_FOLDERS else "top")
+
+
+def test_the_runtime_is_folders_whose_imports_run_down():
+    runtime = ROOT / "codes" / "runtime"
+    assert {p.name for p in runtime.iterdir() if p.is_dir() and (p / "__init__.py").is_file()} == set(RUNTIME_FOLDERS)
+    top = sorted(p.name for p in runtime.glob("*.py"))
+    assert len(top) <= 6, f"modules at the runtime's top: {top}; give each a folder"
+    upward = [(name, target) for name, targets in import_graph().items() for target in targets
+              if runtime_floor(name) is not None and runtime_floor(target) is not None
+              and runtime_floor(target) < runtime_floor(name)]
+    assert not upward, f"imports up the runtime's folders: {upward}"
+
+
+@pytest.mark.parametrize("folder", [f for f in RUNTIME_FOLDERS if f not in ("script", "book", "data")])
+def test_each_runtime_folder_says_what_lives_there_and_nothing_else(folder):
+    body = ast.parse((ROOT / "codes" / "runtime" / folder / "__init__.py").read_text(encoding="utf-8")).body
+    assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    assert 1 <= len(body[0].value.value.strip().splitlines()) <= 2

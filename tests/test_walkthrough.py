@@ -17,7 +17,7 @@ import pytest
 import soundfile
 
 from codes.export.generated_higgs import speech_like_signal
-from codes.runtime.manifest import read_manifest
+from codes.runtime.contract.manifest import read_manifest
 from helpers.scripts import ROOT, run_main
 
 WALKTHROUGH = """\

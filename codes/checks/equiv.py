@@ -13,17 +13,17 @@ import numpy as np
 
 from codes.checks.equiv_codec import codec_equivalence
 from codes.checks.foreign import foreign_backbone_rows
-from codes.runtime.probe import probe_bidirectional
 from codes.checks.report import FP32_ABS_BOUND, Row, compare, format_table, probe_row
 from codes.export.sources import source_of
-from codes.runtime import specs
-from codes.runtime.manifest import FORMAT, MANIFEST_NAME, RECIPE_SCHEMA, read_manifest, recogniser_folder
-from codes.runtime.sessions import BackboneRunner, make_session, open_backbone, resolve_provider
+from codes.runtime.contract import specs
+from codes.runtime.contract.manifest import FORMAT, MANIFEST_NAME, RECIPE_SCHEMA, read_manifest, recogniser_folder
+from codes.runtime.contract.probe import probe_bidirectional
+from codes.runtime.contract.sessions import BackboneRunner, make_session, open_backbone, resolve_provider
 
 
 def padded_cfg_batch(text_vocab: int, seed: int = 0, cond_lens=(23, 15), target_lens=(9, 6), ref_lens=(5, 0)):
     """Random prompt-shaped inputs laid out as upstream's CFG batch (2B rows, padded, 4-D mask)."""
-    from codes.runtime.prompt import build_cfg_batch
+    from codes.runtime.voices.prompt import build_cfg_batch
 
     rng = np.random.default_rng(seed)
     items = []
@@ -97,7 +97,7 @@ def glue_rows(manifest, embed_session, backbone: BackboneRunner, heads_session, 
     """The graphs joined on the device by the build's glue graphs against the same graphs joined on the
     host: the heads' logits over the target cells. Equal but for int8 heads, whose activation scale
     spans the whole batch and so also sees the padding cells, which the two ways fill differently."""
-    from codes.runtime.forward import StepForward
+    from codes.runtime.model.forward import StepForward
 
     glue = {key: make_session(manifest.folder / entry["filename"], provider)
             for key, entry in manifest.data.get("glue", {}).items()}
@@ -133,8 +133,8 @@ class Draws:
 def scoring_rows(manifest, logits: np.ndarray, provider: str = "cpu", seed: int = 0) -> list[Row]:
     """The cell-scoring graphs against upstream's decoding maths (the numpy twins, checked function by
     function against upstream) on the same logits and noise: tokens must be equal, scores within 1e-4."""
-    from codes.runtime.decoding import cell_scores
-    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.contract.settings import GenerationSettings
+    from codes.runtime.model.decoding import cell_scores
 
     graphs = manifest.data.get("scoring", {})
     rows = []

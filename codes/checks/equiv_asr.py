@@ -12,7 +12,7 @@ from pathlib import Path
 from codes.checks.report import Row
 from codes.common.errors import UserError
 from codes.export.generated_higgs import speech_like_signal
-from codes.runtime.asr import Recogniser, read_asr_manifest
+from codes.runtime.recognition.asr import Recogniser, read_asr_manifest
 
 # (seconds, sample rate, seed): a short and a long clip at the codec's rate, one at a file's.
 CLIPS = ((3.0, 24000, 1), (10.0, 24000, 2), (8.0, 44100, 5))

@@ -15,8 +15,8 @@ import numpy as np
 
 from codes.checks.report import FP32_ABS_BOUND, Row, relative_error
 from codes.export.generated_higgs import speech_like_signal
-from codes.runtime.codec import HiggsCodec
-from codes.runtime.specs import ACOUSTIC_ENCODER, HIGGS_DECODER
+from codes.runtime.audio.codec import HiggsCodec
+from codes.runtime.contract.specs import ACOUSTIC_ENCODER, HIGGS_DECODER
 
 # fp16 decoded audio against fp32 upstream must keep 40 dB SNR (docs/DESIGN.md §bounds).
 FP16_MIN_SNR_DB = 40.0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from codes.runtime.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
+from codes.runtime.recognition.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 
 # HF Whisper's module names -> openai-whisper's, inside a layer
 LAYER_NAMES = {

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from codes.runtime.probe import probe_bidirectional
 from codes.checks.report import Row, probe_row
 from codes.common.errors import UserError
-from codes.runtime.sessions import ORT_TO_NUMPY, BackboneRunner, backbone_session
+from codes.runtime.contract.probe import probe_bidirectional
+from codes.runtime.contract.sessions import ORT_TO_NUMPY, BackboneRunner, backbone_session
 
 FOREIGN_BACKBONE_NAMES = ("llm_decoder.onnx", "llm_backbone_fp32.onnx", "llm_backbone.onnx", "model.onnx")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from codes.runtime.specs import SAMPLE_RATE
+from codes.runtime.contract.specs import SAMPLE_RATE
 
 ROOT = Path(__file__).resolve().parents[2]  # this checkout, which holds serve.py
 TWO_SENTENCES = ("The server streams each sentence as soon as it is ready. "

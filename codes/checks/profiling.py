@@ -19,7 +19,7 @@ def profiled_events(model_dir: Path, case: Case, threads: int, steps: int, provi
                     backbone: Path | None = None) -> dict[str, list[dict]]:
     """Each graph's ONNX Runtime profiler events over `steps` + 1 deterministic decoding steps of `case`
     (the first for the callers to leave out: allocator growth)."""
-    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.contract.settings import GenerationSettings
     from codes.runtime.synthesis import OmniVoiceOnnx
 
     with tempfile.TemporaryDirectory() as folder:
@@ -53,7 +53,7 @@ def step_split(model_dir: Path, case: Case, batch: int, step: str, threads: int,
     """Seconds per decoding step, and the host's share of it, for `batch` copies of `case`'s first
     utterance decoded together, the step run as `step` (OmniVoiceOnnx's device, graph or numpy).
     The first step (prompt embedding, allocator growth) is left out."""
-    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.contract.settings import GenerationSettings
     from codes.runtime.synthesis import OmniVoiceOnnx
 
     tts = OmniVoiceOnnx(model_dir, provider=provider, threads=threads, backbone=backbone, step=step)

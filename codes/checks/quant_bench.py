@@ -88,7 +88,7 @@ def measure(checkpoints: list[str], keys: list[str], work: Path, threads: int, r
     its memory taken."""
     from codes.checks.peak_memory import peak_memory_mb
     from codes.common.errors import UserError
-    from codes.runtime.manifest import read_manifest
+    from codes.runtime.contract.manifest import read_manifest
 
     unknown = sorted(set(keys) - set(SCHEMES))
     if unknown:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from codes.runtime.probe import ProbeResult
+from codes.runtime.contract.probe import ProbeResult
 
 # fp32 outputs must match upstream to 1e-4 max abs; lower precisions are reported (docs/DESIGN.md §bounds).
 FP32_ABS_BOUND = 1e-4

@@ -10,8 +10,8 @@ from codes.checks import roofline
 from codes.checks.results_page import machine, machine_line, write_page
 from codes.checks.workloads import WORKLOADS, Case
 from codes.common.errors import UserError, run_cli
-from codes.runtime.manifest import read_manifest
-from codes.runtime.specs import BACKBONE
+from codes.runtime.contract.manifest import read_manifest
+from codes.runtime.contract.specs import BACKBONE
 
 # The step's two headline cases: the benchmark's 10 s utterance and the voice assistant's 2 s reply.
 CASES = (WORKLOADS["10s"][0], Case("2 s reply", ("Turning on the kitchen lights.",), (2.1,)))

@@ -82,8 +82,8 @@ def measure(model_dir: str, higgs_dir: str | None, workload: dict, max_batch: in
     """One run, in this process: the script spoken after the model is loaded and warmed by one short run."""
     import re
 
+    from codes.runtime.contract.settings import GenerationSettings
     from codes.runtime.script import speak_script, parse_speakers
-    from codes.runtime.settings import GenerationSettings
     from codes.runtime.synthesis import OmniVoiceOnnx
 
     tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, threads=threads)

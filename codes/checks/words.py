@@ -49,7 +49,7 @@ class TimedAligner:
         return timed
 
     def align(self, wav, rate: int, text: str, language: str) -> dict:
-        from codes.runtime import alignment
+        from codes.runtime.recognition import alignment
 
         self.seconds = dict.fromkeys(self.seconds, 0.0)
         maths = alignment.find_alignment
@@ -75,7 +75,7 @@ def alignment_costs(folders: list[Path], threads: int, seconds: tuple[float, ...
     """Median timings of aligning each clip length with each aligner (after a warm-up), with the encoder's,
     the decoder's and the maths' parts. The aligners and clips take turns in every round, so a busy spell of
     the machine falls on all of them alike."""
-    from codes.runtime.aligner import Aligner
+    from codes.runtime.recognition.aligner import Aligner
 
     timed, load_s = [], []
     for folder in folders:
@@ -113,7 +113,7 @@ def exactness(folder: Path, threads: int, log=print) -> list[dict]:
 
     from codes.checks.equiv_words import largest_time_difference, openai_whisper_model, reference_words
     from codes.export.asr_build import resolve_whisper
-    from codes.runtime.aligner import Aligner
+    from codes.runtime.recognition.aligner import Aligner
 
     torch.set_num_threads(threads)
     recogniser = Aligner(folder, threads=threads)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from codes.runtime.specs import FRAME_RATE
+from codes.runtime.contract.specs import FRAME_RATE
 
 TEXT_10S = ("The old lighthouse keeper climbed the spiral stairs every evening, counting each of the one hundred "
             "and twelve steps, and lit the lamp that guided the fishing boats safely home through the fog.")

@@ -16,7 +16,7 @@ import os
 import pyarrow as pa
 
 from codes.common import journal
-from codes.runtime.duration import estimate_target_tokens, frames_for_duration
+from codes.runtime.text.duration import estimate_target_tokens, frames_for_duration
 
 ROW_KEYS = ("id", "text", "language", "language_id", "language_name", "instruct", "voice", "ref_audio", "ref_text",
             "duration", "speed", "seed")

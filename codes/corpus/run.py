@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from codes.common.errors import UserError
+from codes.common.fileio import sha256_file
 from codes.common.ray_start import actor_resources, ray_cause, start_ray
 from codes.corpus import rows as row_checks
-from codes.common.fileio import sha256_file
 from codes.corpus.ledger import AUDIO_DIR, RESULTS_PARQUET, Ledger, audio_path, check_output_dir, record
-from codes.runtime.asr import MANIFEST_NAME as ASR_MANIFEST_NAME
-from codes.runtime.manifest import build_key, find_builds, read_manifest, recogniser_folder
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.specs import FRAME_RATE
+from codes.runtime.contract.manifest import build_key, find_builds, read_manifest, recogniser_folder
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.contract.specs import FRAME_RATE
+from codes.runtime.recognition.asr import MANIFEST_NAME as ASR_MANIFEST_NAME
 
 INPUT_KINDS = {".jsonl": "lines", ".ndjson": "lines", ".parquet": "parquet", ".csv": "csv"}
 FORMATS = ("wav", "flac")

@@ -23,9 +23,9 @@ import pyarrow as pa
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path, sha256_file
 from codes.corpus.ledger import CRASHED, RESULT_SCHEMA, SPEAKING, STATE_DIR, WRITTEN, is_file_written, record
-from codes.runtime.decoding import RandomNoise
-from codes.runtime.outputs import encode_audio
-from codes.runtime.settings import GenerationSettings
+from codes.runtime.audio.outputs import encode_audio
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.model.decoding import RandomNoise
 
 # What the driver hands an actor: one row a line.
 WORK_SCHEMA = pa.schema([

@@ -1,4 +1,4 @@
-"""Export a Whisper checkpoint into `<output>/asr/`: the recogniser `codes/runtime/asr.py` runs.
+"""Export a Whisper checkpoint into `<output>/asr/`: the recogniser `codes/runtime/recognition/asr.py` runs.
 
 The graphs come from onnxruntime-genai's model builder (its Whisper support: an encoder that
 also emits each decoder layer's cross-attention keys and values, and a decoder with a self-
@@ -28,8 +28,8 @@ from codes.export.checkpoint import _resolve_hub, identity_of
 from codes.export.onnx_io import save_model
 from codes.export.tokenizer_build import write_json
 from codes.export.whisper_checkpoint import GENERATED, generated_whisper
-from codes.runtime.asr import ALIGNMENT_OUTPUT, FORMAT, MANIFEST_NAME
-from codes.runtime.specs import ALIGNER_DIR, ASR_DIR
+from codes.runtime.contract.specs import ALIGNER_DIR, ASR_DIR
+from codes.runtime.recognition.asr import ALIGNMENT_OUTPUT, FORMAT, MANIFEST_NAME
 
 DEFAULT_ASR_MODEL = "openai/whisper-large-v3-turbo"
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -365,7 +365,7 @@ def build_asr(model: str, output: Path, precision: str = "fp32", work_dir: Path 
 # 73 s on one Zen 1 core); a UserError is its last stderr line.
 PROBE_SCRIPT = ("import sys\n"
                 "from codes.common.errors import run_cli\n"
-                "from codes.runtime.asr import Recogniser\n"
+                "from codes.runtime.recognition.asr import Recogniser\n"
                 "sys.exit(run_cli(lambda: Recogniser(sys.argv[1], sys.argv[2], check_hashes=False).probe()))\n")
 WHO = {ASR_DIR: ("the recogniser", "--asr-precision"), ALIGNER_DIR: ("the aligner", "--aligner-precision")}
 

@@ -33,9 +33,9 @@ from codes.export.onnx_io import files_of, graph_io
 from codes.export.profiles import Profile
 from codes.export.staging import PREVIOUS, make_staging, remove_stale
 from codes.export.submodels import BACKBONE_GRAPHS, CODEC_GRAPHS, SCORING_GRAPHS
-from codes.runtime import specs
-from codes.runtime.asr import FORMAT as ASR_FORMAT, MANIFEST_NAME as ASR_MANIFEST_NAME
-from codes.runtime.manifest import CODEC_KIND, FORMAT, MANIFEST_NAME
+from codes.runtime.contract import specs
+from codes.runtime.contract.manifest import CODEC_KIND, FORMAT, MANIFEST_NAME
+from codes.runtime.recognition.asr import FORMAT as ASR_FORMAT, MANIFEST_NAME as ASR_MANIFEST_NAME
 
 LLM_EXPORTS = ("genai", "torch")
 # ONNX Runtime's CPU GroupQueryAttention (the genai graph's attention) runs only head sizes that are
@@ -118,7 +118,7 @@ def resolve_inputs(request: BuildRequest, model: str) -> None:
     """Check what the build reads before anything is built, and fill in the checkpoint (a recogniser
     alone reads none) and the default output folder."""
     from codes.export.checkpoint import resolve_checkpoint
-    from codes.runtime.manifest import default_asr_dir, default_build_dir, default_codec_dir
+    from codes.runtime.contract.manifest import default_asr_dir, default_build_dir, default_codec_dir
 
     if request.builds_asr:
         asr_build.resolve_whisper(request.asr_model)
@@ -501,7 +501,7 @@ def _graph_entry(path: Path, folder: Path, precision: str, built_with: str) -> d
 
 def _special_tokens(folder: Path) -> dict[str, int]:
     from codes.export.tokenizer_build import OMNIVOICE_SPECIAL_TOKENS
-    from codes.runtime.text_tokenizer import TextTokenizer
+    from codes.runtime.text.tokenizer import TextTokenizer
 
     tokenizer = TextTokenizer.from_dir(folder)
     return {token: tokenizer.token_id(token) for token in OMNIVOICE_SPECIAL_TOKENS}
@@ -521,7 +521,7 @@ def _model_facts(config: dict) -> dict:
 
 def _describe(request: BuildRequest, profile: Profile) -> dict:
     """What every manifest of this build says about where it came from and how to run it."""
-    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.contract.settings import GenerationSettings
 
     describe = {
         "audio": {

@@ -44,7 +44,7 @@ SMOOTHED_SITES = ("attn", "mlp", "down")  # where a scale folds exactly into wha
 
 def greedy_settings(num_steps: int):
     """Greedy decoding at the default guidance: a prompt set decodes the same way every time."""
-    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.contract.settings import GenerationSettings
 
     return GenerationSettings(num_steps=num_steps, position_temperature=0.0, class_temperature=0.0)
 
@@ -52,7 +52,7 @@ def greedy_settings(num_steps: int):
 def decode_prompt_set(tokenizer, prompts, clone_text: str, target_logits_fn, num_steps: int) -> None:
     """Decode `prompts` greedily through `target_logits_fn`, then `clone_text` in the voice of the first
     prompt's codes: the fixed workload that calibration and fidelity observe through their logits fn."""
-    from codes.runtime.decoding import RandomNoise, iterative_decode
+    from codes.runtime.model.decoding import RandomNoise, iterative_decode
     from codes.runtime.request import Voice, prompt_batch, settle
 
     settings = greedy_settings(num_steps)
@@ -152,7 +152,7 @@ def calibrate(model, tokenizer, num_steps: int = CALIBRATION_STEPS) -> Calibrati
 def calibrate_checkpoint(source: Path) -> Calibration:
     """calibrate() on the checkpoint at `source` (upstream's model, fp32)."""
     from codes.export.checkpoint import load_omnivoice
-    from codes.runtime.text_tokenizer import TextTokenizer
+    from codes.runtime.text.tokenizer import TextTokenizer
 
     return calibrate(load_omnivoice(Path(source)), TextTokenizer.from_dir(Path(source)))
 

@@ -18,7 +18,7 @@ from codes.export.olive_build import olive_export
 from codes.export.onnx_io import files_of, graph_io
 from codes.export.profiles import GraphRecipe, codec_graph_recipe
 from codes.export.submodels import CODEC_GRAPHS
-from codes.runtime.specs import CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
+from codes.runtime.contract.specs import CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
 
 
 def graph_float_dtype(model_file: Path) -> str:

@@ -20,8 +20,8 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.export.calibration import decode_prompt_set, greedy_settings, torch_target_logits
-from codes.runtime.decoding import guided_log_probs
-from codes.runtime.specs import AUDIO_MASK_ID, CODEBOOK_SIZE
+from codes.runtime.contract.specs import AUDIO_MASK_ID, CODEBOOK_SIZE
+from codes.runtime.model.decoding import guided_log_probs
 
 # Held out from the build's calibration prompts (codes/export/calibration.py): fidelity is measured
 # on text the smoothing scales were not fitted to.
@@ -139,7 +139,7 @@ def run_fidelity(model_dir: Path, reference: str = "upstream", source: str | Non
     """eval.py --mode fidelity: the build in `model_dir` against upstream (its checkpoint, or `source`)
     or against another build's folder."""
     from codes.export.sources import source_of
-    from codes.runtime.manifest import read_manifest
+    from codes.runtime.contract.manifest import read_manifest
     from codes.runtime.synthesis import OmniVoiceOnnx
 
     if num_steps < 1:

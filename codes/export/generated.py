@@ -147,7 +147,7 @@ def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0,
 
     from codes.export.generated_higgs import write_higgs_checkpoint
     from codes.export.tokenizer_build import write_tokenizer_files
-    from codes.runtime.text_tokenizer import TextTokenizer
+    from codes.runtime.text.tokenizer import TextTokenizer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

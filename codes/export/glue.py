@@ -16,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from codes.export.onnx_io import save_model
-from codes.runtime import specs
+from codes.runtime.contract import specs
 
 # ONNX Runtime 1.31 reads up to IR 11; opset 17 has GatherND's batch_dims.
 IR_VERSION = 8

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from codes.runtime.specs import CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
+from codes.runtime.contract.specs import CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
 
 SEMANTIC_SAMPLE_RATE = 16000
 # Upstream pads the 16 kHz signal by 160 samples per side before HuBERT (not hop/2).

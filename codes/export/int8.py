@@ -3,7 +3,7 @@
 The scheme (chosen by measuring, bench/quant_results.md and docs/DESIGN.md §outliers):
 - weights: int8 in the full +-127 (WEIGHT_LEVELS), symmetric, a scale per output column (or one per matrix);
   the graph records the range (WEIGHT_LEVELS_KEY), and a host whose kernels would saturate on it
-  re-ranges the weights at load (codes/runtime/int8_weights.py);
+  re-ranges the weights at load (codes/runtime/contract/int8_weights.py);
 - activations: int8, symmetric, a scale per row (token), computed per call, or one asymmetric
   uint8 scale per tensor (ORT's DynamicQuantizeLinear), or none (weight-only, W8A32);
 - outlier channels: the few input channels whose calibrated magnitude dwarfs the rest stay fp32,
@@ -25,7 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from codes.common.isa import FULL_RANGE
-from codes.runtime.int8_weights import WEIGHT_LEVELS_KEY
+from codes.runtime.contract.int8_weights import WEIGHT_LEVELS_KEY
 
 WEIGHTS = ("column", "tensor")
 ACTIVATIONS = ("token", "tensor", "none")

@@ -9,9 +9,9 @@ import onnx
 
 from codes.common.quiet import library_output
 from codes.export.bidirectional import make_bidirectional
-from codes.export.profiles import GraphRecipe
 from codes.export.onnx_io import save_model
-from codes.runtime.specs import BACKBONE
+from codes.export.profiles import GraphRecipe
+from codes.runtime.contract.specs import BACKBONE
 
 def write_standalone_llm(omnivoice, out_dir: Path) -> Path:
     """The backbone as a standalone Qwen3ForCausalLM folder: the input the genai builder takes."""

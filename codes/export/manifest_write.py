@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from codes.common.version import VERSION
 from codes.common.fileio import sha256_file, write_json_atomic
-from codes.runtime.manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME
+from codes.common.version import VERSION
+from codes.runtime.contract.manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME
 
 
 def hash_files(folder: Path, names=None) -> dict[str, str]:

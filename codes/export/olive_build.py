@@ -9,10 +9,10 @@ import onnx
 
 from codes.common.errors import UserError
 from codes.common.quiet import library_output
+from codes.export.onnx_io import save_model
 from codes.export.profiles import GraphRecipe
 from codes.export.submodels import SubModel
-from codes.runtime.specs import ONNX_OPSET, SubModelSpec
-from codes.export.onnx_io import save_model
+from codes.runtime.contract.specs import ONNX_OPSET, SubModelSpec
 
 USER_SCRIPT = Path(__file__).resolve().parents[2] / "user_script.py"
 

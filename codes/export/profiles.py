@@ -111,7 +111,7 @@ def recipe(part: str, precision: str, llm_export: str = "genai", int8: Int8Schem
 def codec_graph_recipe(key: str, codec: GraphRecipe) -> GraphRecipe:
     """The codec's quantizer stays fp32 in every build: its nearest-codebook search computes
     |x|^2 - 2 x.e + |e|^2, which cancels badly in fp16, and it holds ~1 M parameters."""
-    from codes.runtime.specs import QUANTIZER_ENCODER
+    from codes.runtime.contract.specs import QUANTIZER_ENCODER
 
     return recipe("codec", "fp32") if key == QUANTIZER_ENCODER.key else codec
 

@@ -1,6 +1,6 @@
 """The decoding step's maths as a torch module, exported as the cell-scoring graphs.
 
-It mirrors codes/runtime/decoding.py (the numpy reference, itself checked against upstream
+It mirrors codes/runtime/model/decoding.py (the numpy reference, itself checked against upstream
 function by function): guided log-probs, a token per cell, a score per cell. The host keeps
 the schedule and the top-k reveal. Every setting is a per-item input, so a branch on a
 setting is a `where`, never Python control flow the exporter would freeze.
@@ -13,8 +13,8 @@ import math
 import torch
 from torch import nn
 
-from codes.runtime.decoding import GUMBEL_EPS, TOP_K_RATIO
-from codes.runtime.specs import AUDIO_MASK_ID, AUDIO_VOCAB_SIZE, NUM_CODEBOOKS
+from codes.runtime.contract.specs import AUDIO_MASK_ID, AUDIO_VOCAB_SIZE, NUM_CODEBOOKS
+from codes.runtime.model.decoding import GUMBEL_EPS, TOP_K_RATIO
 
 
 def _per_item(setting: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """The sub-model registry: one entry per graph, binding its spec to the torch module it is exported from.
 
-An entry knows its spec (inputs, outputs, dynamic axes: codes/runtime/specs.py), its part in a
+An entry knows its spec (inputs, outputs, dynamic axes: codes/runtime/contract/specs.py), its part in a
 profile's precision recipe, and the torch module class whose `load(source)` and
 `example_inputs(source)` give the model and its export-time inputs. Olive reaches the same
 entries through user_script.py by the names `olive_names` gives.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codes.export import higgs, scoring, wrappers
-from codes.runtime import specs
+from codes.runtime.contract import specs
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from codes.common.cache import cache_dir
 from codes.common.errors import UserError
-from codes.runtime.text_tokenizer import byte_alphabet
+from codes.runtime.text.tokenizer import byte_alphabet
 
 # Bump when the tokenizer.json layout changes, so cached builds are not reused.
 TOKENIZER_VERSION = "qwen3-omnivoice-1"

@@ -21,7 +21,7 @@ from codes.common.cache import cache_dir
 from codes.common.errors import UserError
 from codes.export.generated import generate_once
 from codes.export.tokenizer_build import merge_parts, write_json
-from codes.runtime.text_tokenizer import byte_alphabet
+from codes.runtime.text.tokenizer import byte_alphabet
 
 GENERATOR_VERSION = 3  # bump whenever the generated weights, config or tokenizer change
 GENERATED = ("tiny-whisper", "full-whisper", "base-whisper", "small-whisper")

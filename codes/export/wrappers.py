@@ -1,4 +1,4 @@
-"""Torch modules whose forward is exactly one backbone graph (specs in codes/runtime/specs.py)."""
+"""Torch modules whose forward is exactly one backbone graph (specs in codes/runtime/contract/specs.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from codes.export.checkpoint import load_omnivoice
-from codes.runtime.specs import AUDIO_VOCAB_SIZE, NUM_CODEBOOKS
+from codes.runtime.contract.specs import AUDIO_VOCAB_SIZE, NUM_CODEBOOKS
 
 
 def hidden_size(checkpoint: Path) -> int:

@@ -21,11 +21,11 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
+from codes.runtime.contract.settings import ALIASES, GenerationSettings
+from codes.runtime.contract.specs import SAMPLE_RATE
 from codes.runtime.request import Voice
-from codes.runtime.settings import ALIASES, GenerationSettings
-from codes.runtime.specs import SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx
-from codes.runtime.voice_design import LANGUAGE_IDS, LANGUAGE_NAMES
+from codes.runtime.text.voice_design import LANGUAGE_IDS, LANGUAGE_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class VoiceClonePrompt:
         return cls(voice.codes, voice.text, voice.rms)
 
     def _voice(self) -> Voice:
-        from codes.runtime.prompt import check_ref_codes
+        from codes.runtime.voices.prompt import check_ref_codes
 
         return Voice(check_ref_codes(_to_numpy(self.ref_audio_tokens)), self.ref_text,
                      None if self.ref_rms is None else float(self.ref_rms))
@@ -156,7 +156,7 @@ class OmniVoice:
 
     def transcribe(self, audio) -> str:
         """Upstream's transcribe: a file path or (waveform, sample_rate), as it is (no preparation), to text."""
-        from codes.runtime.audio import read_audio
+        from codes.runtime.audio.processing import read_audio
 
         wav, rate = read_audio(audio) if isinstance(audio, (str, Path)) else _clip(audio)
         return self.engine.load_recogniser().transcribe(wav, rate)
@@ -225,7 +225,7 @@ def _clip(ref_audio):
 
 def _check_asr_model(name: str, engine: OmniVoiceOnnx) -> None:
     """asr_model_name names the model the recogniser was built from (its hub id or name, or its folder)."""
-    from codes.runtime.asr import read_asr_manifest
+    from codes.runtime.recognition.asr import read_asr_manifest
 
     folder = engine.recogniser_dir()
     source = read_asr_manifest(folder)["source"]

@@ -1,7 +1,7 @@
 """What inference.py is asked to do: utterances from --text, --text_file or --jsonl, and where each goes.
 
 Every line is checked before the first is spoken; output paths are checked and
-written by codes/runtime/outputs.py.
+written by codes/runtime/audio/outputs.py.
 """
 
 from __future__ import annotations

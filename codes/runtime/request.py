@@ -1,30 +1,26 @@
-"""An utterance as the engine takes it: a voice (a clone prompt), a settled request, and the rules that make
-them from what a caller gives (upstream's `_preprocess_all`, its long-form chunking). Data and pure rules:
-no model is needed, so drivers and servers use them without the engine (codes/runtime/synthesis.py)."""
+"""An utterance as the engine takes it: a settled request with its voice (a clone prompt,
+codes/runtime/voices/voice.py, importable from here too), and the rules that make them from what a caller gives
+(upstream's `_preprocess_all`, its long-form chunking). Data and pure rules: no model is needed, so drivers and
+servers use them without the engine (codes/runtime/synthesis.py)."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.common.fileio import atomic_path
-from codes.runtime import prompt_file
-from codes.runtime.duration import estimate_target_tokens, resolve_target_len
-from codes.runtime.engine import max_item_frames
-from codes.runtime.normalize import normalize_text as normalize
-from codes.runtime.prompt import CfgBatch, build_cfg_batch, build_prompt, check_ref_codes
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.specs import FRAME_RATE
-from codes.runtime.text import chunk_long_text, contains_chinese
-from codes.runtime.text_tokenizer import TextTokenizer
-from codes.runtime.voice_design import resolve_instruct, resolve_language
+from codes.runtime.contract.settings import GenerationSettings, max_item_frames
+from codes.runtime.contract.specs import FRAME_RATE
+from codes.runtime.text.cleanup import chunk_long_text, contains_chinese
+from codes.runtime.text.duration import estimate_target_tokens, resolve_target_len
+from codes.runtime.text.normalize import normalize_text as normalize
+from codes.runtime.text.tokenizer import TextTokenizer
+from codes.runtime.text.voice_design import resolve_instruct, resolve_language
+from codes.runtime.voices.prompt import CfgBatch, build_cfg_batch, build_prompt
+from codes.runtime.voices.voice import VOICE_FORMAT_VERSION, Voice  # noqa: F401 (a voice is part of a request)
 
-VOICE_FORMAT_VERSION = 1
 NO_RECOGNISER = ("a reference clip needs its transcript (ref_text, --ref_text) unless the build has a recogniser, and "
                  "{folder} has none: pass the transcript, or build one with `python optimize.py --include-asr` "
                  "(or point --asr_dir at a build holding one)")
@@ -33,65 +29,6 @@ NO_RECOGNISER = ("a reference clip needs its transcript (ref_text, --ref_text) u
 def needs_transcript(ref_text: str | None) -> bool:
     """Whether a reference clip's transcript is missing (None or blank), so the recogniser must make it."""
     return ref_text is None or not ref_text.strip()
-
-
-@dataclass
-class Voice:
-    """A reusable clone prompt (upstream's VoiceClonePrompt): reference codes, transcript and RMS."""
-
-    codes: np.ndarray  # [8, T_ref] int64
-    text: str
-    rms: float | None  # None: a synthesized reference, which sets no loudness
-
-    def save(self, path: str | Path, exclusive: bool = False) -> None:
-        """Written whole or not at all; `exclusive`: FileExistsError rather than replacing a file.
-        A path ending in .pt gets upstream's format (VoiceClonePrompt.load reads it), any other our .npz."""
-        path = Path(path)
-        if path.suffix.lower() == prompt_file.SUFFIX:
-            with atomic_path(path, exclusive=exclusive) as tmp:
-                tmp.write_bytes(self.to_bytes("pt"))
-            return
-        with atomic_path(path, suffix=".npz", exclusive=exclusive) as tmp:
-            tmp.write_bytes(self.to_bytes("npz"))
-
-    def to_bytes(self, kind: str = "npz") -> bytes:
-        """The file's bytes: "npz", ours, or "pt", upstream's VoiceClonePrompt.save."""
-        if kind == "pt":
-            return prompt_file.prompt_bytes(self.codes, self.text, self.rms)
-        buffer = io.BytesIO()
-        np.savez(buffer, codes=self.codes, text=np.array(self.text),
-                 rms=np.array(np.nan if self.rms is None else self.rms, dtype=np.float64),
-                 format_version=np.array(VOICE_FORMAT_VERSION))
-        return buffer.getvalue()
-
-    @classmethod
-    def load(cls, path: str | Path) -> Voice:
-        """Ours (.npz), upstream's VoiceClonePrompt.save (.pt) or wyoming-piper's ref.rvq, told apart by content."""
-        try:
-            with open(path, "rb") as f:
-                data = f.read(prompt_file.MAX_FILE_BYTES + 1)
-        except OSError as exc:
-            raise UserError(f"cannot read voice file {path} ({exc.strerror or type(exc).__name__}); "
-                            "save one with --save_voice") from None
-        return cls.from_bytes(data, str(path))
-
-    @classmethod
-    def from_bytes(cls, data: bytes, name: str) -> Voice:
-        """A voice file's bytes (see load); `name` is what an error calls it."""
-        if prompt_file.is_prompt_file(data):
-            return cls(*prompt_file.read_prompt(data, name))
-        arrays = prompt_file.read_npz(data, name)
-        version, text, rms = arrays["format_version"], arrays["text"], arrays["rms"]
-        if version.shape != () or version.dtype.kind not in "iu" or int(version) != VOICE_FORMAT_VERSION:
-            raise UserError(f"{name} is a voice file of another format version; save it again with --save_voice")
-        if text.shape != () or text.dtype.kind != "U" or rms.shape != () or rms.dtype.kind != "f":
-            raise UserError(f"cannot read voice file {name}: its text or rms is not a voice's; save one with --save_voice")
-        try:
-            codes = check_ref_codes(arrays["codes"])
-        except UserError as exc:
-            raise UserError(f"cannot read voice file {name}: {exc}") from None
-        rms = float(rms)
-        return cls(codes, str(text), None if np.isnan(rms) else rms)
 
 
 @dataclass

@@ -16,23 +16,23 @@ from pathlib import Path
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.runtime import audio as audio_ops
-from codes.runtime import specs
-from codes.runtime.asr import NO_ALIGNMENT, read_asr_manifest
-from codes.runtime.decoding import NoiseSource, ScoreFn, item_noises, iterative_decode, numpy_scores, per_item
-from codes.runtime.forward import StepForward, timed
-from codes.runtime.manifest import build_key, read_manifest, recogniser_folder
-from codes.runtime.normalize import without_tags
-from codes.runtime.probe import CAUSAL_ADVICE
-from codes.runtime.prompt import CfgBatch
+from codes.runtime.audio import processing as audio_ops
+from codes.runtime.contract import specs
+from codes.runtime.contract.manifest import build_key, read_manifest, recogniser_folder
+from codes.runtime.contract.probe import CAUSAL_ADVICE
+from codes.runtime.contract.sessions import make_session, open_backbone, providers_for, resolve_provider, run_bound
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.contract.specs import AUDIO_VOCAB_SIZE, NUM_CODEBOOKS, SAMPLE_RATE
+from codes.runtime.model.decoding import NoiseSource, ScoreFn, item_noises, iterative_decode, numpy_scores, per_item
+from codes.runtime.model.forward import StepForward, timed
+from codes.runtime.recognition.asr import NO_ALIGNMENT, read_asr_manifest
 from codes.runtime.request import (NO_RECOGNISER, Request, Voice, chunk_request, first_chunk_voice, is_long,
                                    long_form_chunks, needs_transcript, one_per_text, prompt_batch, settle)
-from codes.runtime.sessions import make_session, open_backbone, providers_for, resolve_provider, run_bound
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.specs import AUDIO_VOCAB_SIZE, NUM_CODEBOOKS, SAMPLE_RATE
-from codes.runtime.text import add_punctuation
-from codes.runtime.text_tokenizer import TextTokenizer
-from codes.runtime.voice_design import resolve_language
+from codes.runtime.text.cleanup import add_punctuation
+from codes.runtime.text.normalize import without_tags
+from codes.runtime.text.tokenizer import TextTokenizer
+from codes.runtime.text.voice_design import resolve_language
+from codes.runtime.voices.prompt import CfgBatch
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class OmniVoiceOnnx:
     @property
     def codec(self):
         if self._codec is None:
-            from codes.runtime.codec import HiggsCodec
+            from codes.runtime.audio.codec import HiggsCodec
 
             holder = read_manifest(self._higgs_dir) if self._higgs_dir is not None else self.manifest
             folder, section = holder.codec()
@@ -140,11 +140,11 @@ class OmniVoiceOnnx:
         return recogniser_folder(self._asr_dir) if self._asr_dir is not None else self.manifest.recogniser()
 
     def load_recogniser(self, provider: str | None = None):
-        """The recogniser (codes/runtime/asr.py), loaded and its files' hashes checked on the first call, on
+        """The recogniser (codes/runtime/recognition/asr.py), loaded and its files' hashes checked on the first call, on
         `provider` (default: asr_provider, else the engine's); later calls return that one."""
         with self._recogniser_lock:
             if self._recogniser is None:
-                from codes.runtime.asr import Recogniser
+                from codes.runtime.recognition.asr import Recogniser
 
                 provider = provider or self._asr_provider or self.provider
                 self._recogniser = Recogniser(self.recogniser_dir(), provider=provider, threads=self.threads)
@@ -178,10 +178,10 @@ class OmniVoiceOnnx:
                         "with `python optimize.py --include-aligner --aligner-model M` (or --include-asr)")
 
     def load_aligner(self):
-        """The aligner (codes/runtime/aligner.py) over aligner_dir(), loaded and checked on the first call."""
+        """The aligner (codes/runtime/recognition/aligner.py) over aligner_dir(), loaded and checked on the first call."""
         with self._recogniser_lock:
             if self._aligner is None:
-                from codes.runtime.aligner import Aligner
+                from codes.runtime.recognition.aligner import Aligner
 
                 provider = self._asr_provider or self.provider
                 self._aligner = Aligner(self.aligner_dir(), provider=provider, threads=self.threads)
@@ -208,7 +208,7 @@ class OmniVoiceOnnx:
         """align_words for several pieces at once ((wav_24k, text, language, written) each), packed end to end
         into shared 30 s windows (Aligner.align_pieces): each piece's words on its own time. A script's
         captions and a stream's queued chunks pay one window per 30 s of speech, not one per piece."""
-        from codes.runtime.aligner import Piece
+        from codes.runtime.recognition.aligner import Piece
 
         self.check_word_timings()
         aligner = self.load_aligner()

@@ -9,7 +9,7 @@ from helpers.scripts import run_main
 from helpers.synthesis_inputs import FP32_BUILD
 
 from codes.export.fidelity import cell_tally
-from codes.runtime.decoding import guided_log_probs
+from codes.runtime.model.decoding import guided_log_probs
 
 
 def test_a_cell_tally_is_argmax_agreement_cosine_and_kl():

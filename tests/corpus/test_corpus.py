@@ -26,8 +26,8 @@ from helpers.synthesis_inputs import ASR_ONLY, FP32_BUILD, REF_TEXT, reference_c
 
 from codes.common.errors import UserError
 from codes.corpus.rows import RowError, check_id, row_seed
-from codes.runtime.duration import estimate_target_tokens, frames_for_duration
-from codes.runtime.specs import SAMPLE_RATE
+from codes.runtime.contract.specs import SAMPLE_RATE
+from codes.runtime.text.duration import estimate_target_tokens, frames_for_duration
 
 FAST = ("--num_steps", "4", "--no_postprocess")  # no silence removal: each file's length is exact
 HOP = 960  # samples per codec frame
@@ -448,7 +448,7 @@ def synthesizer(build, tmp_path_factory):
     """One actor's callable, in this process, over an OUT_DIR a Ledger set up: no process boundary is under test."""
     from codes.corpus.ledger import Ledger, check_output_dir
     from codes.corpus.worker import Synthesizer
-    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.contract.settings import GenerationSettings
 
     out = tmp_path_factory.mktemp("corpus-actor") / "out"
     check_output_dir(out)
@@ -500,7 +500,7 @@ def _clip_alone(row_id: str, clip: Path) -> dict:
 def test_a_row_without_its_transcript_is_transcribed_or_names_include_asr(synthesizer, build, builds, tmp_path):
     from codes.corpus.ledger import Ledger, check_output_dir
     from codes.corpus.worker import Synthesizer
-    from codes.runtime.settings import GenerationSettings
+    from codes.runtime.contract.settings import GenerationSettings
 
     clip = write_clip(tmp_path / "ref.wav", reference_clip(), SAMPLE_RATE)
     refused = synthesizer.speak(_clip_alone("no-recogniser", clip))

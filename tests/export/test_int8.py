@@ -19,9 +19,9 @@ from codes.export.generated import MASSIVE_CHANNELS, OUTLIER_HIDDEN_CHANNELS, ou
 from codes.common.isa import FULL_RANGE, SEVEN_BIT, exact_int8_products, int8_weight_levels
 from codes.export.int8 import Int8Scheme, linear_site, outlier_channels, quantize_graph, quantize_weight
 from codes.export.onnx_io import save_model
-from codes.runtime.int8_weights import WEIGHT_LEVELS_KEY, built_levels, rerange, reranged_weights
-from codes.runtime.sessions import fit_int8_weights, open_session
-from codes.runtime.text_tokenizer import TextTokenizer
+from codes.runtime.contract.int8_weights import WEIGHT_LEVELS_KEY, built_levels, rerange, reranged_weights
+from codes.runtime.contract.sessions import fit_int8_weights, open_session
+from codes.runtime.text.tokenizer import TextTokenizer
 
 K, N = 64, 96
 NODE = "/model/layers.0/mlp/down_proj/MatMul"

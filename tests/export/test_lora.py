@@ -13,9 +13,9 @@ import torch
 from helpers.lora import write_adapter
 from helpers.scripts import run_main
 
-from codes.runtime.decoding import RandomNoise
-from codes.runtime.manifest import read_manifest
-from codes.runtime.settings import GenerationSettings
+from codes.runtime.contract.manifest import read_manifest
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.model.decoding import RandomNoise
 from codes.runtime.synthesis import OmniVoiceOnnx
 
 TEXTS = ["A fine-tuned voice says this.", "Und dieser Satz ist deutsch."]

@@ -13,7 +13,7 @@ import pytest
 
 from codes.common.errors import UserError
 from codes.export.manifest_write import hash_files
-from codes.runtime.manifest import MANIFEST_NAME, read_manifest
+from codes.runtime.contract.manifest import MANIFEST_NAME, read_manifest
 from helpers.scripts import last_error_line, run_main, run_script
 
 PROFILES = ("cpu_fp32", "cpu", "cpu_fp16", "gpu")
@@ -156,8 +156,8 @@ def test_probe_fails_on_an_unpatched_genai_build(tiny_checkpoint, tmp_path):
 
 
 def test_probe_passes_on_our_backbone_graph(builds):
-    from codes.runtime.probe import probe_bidirectional
-    from codes.runtime.sessions import BackboneRunner, make_session
+    from codes.runtime.contract.probe import probe_bidirectional
+    from codes.runtime.contract.sessions import BackboneRunner, make_session
 
     result = probe_bidirectional(BackboneRunner(make_session(builds.get("cpu") / "llm_decoder.onnx")))
     assert result.bidirectional and result.max_change_before_last > 1e-3

@@ -14,7 +14,7 @@ import pytest
 import soundfile
 
 from codes.export.generated_higgs import speech_like_signal
-from codes.runtime.manifest import MANIFEST_NAME, read_manifest
+from codes.runtime.contract.manifest import MANIFEST_NAME, read_manifest
 from helpers.scripts import last_error_line, run_main, run_script
 from helpers.synthesis_inputs import FP32_BUILD
 

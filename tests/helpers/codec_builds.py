@@ -16,7 +16,7 @@ def tiny_codec_source(tmp_path_factory) -> Path:
     """The tiny codec checkpoint, as `<checkpoint>/audio_tokenizer`."""
     if "source" not in _MADE:
         from codes.export.generated_higgs import write_higgs_checkpoint
-        from codes.runtime.specs import HIGGS_DIR
+        from codes.runtime.contract.specs import HIGGS_DIR
         from helpers.builds import one_at_a_time, shared_folder
 
         folder = shared_folder(tmp_path_factory) / "higgs_source" / HIGGS_DIR
@@ -36,7 +36,7 @@ def codec_build(tmp_path_factory, precision: str) -> tuple[Path, dict]:
         from codes.export.build import BuildRequest, build
         from codes.export.checkpoint import Checkpoint
         from codes.export.profiles import get_profile
-        from codes.runtime.manifest import read_manifest
+        from codes.runtime.contract.manifest import read_manifest
         from helpers.builds import one_at_a_time, shared_folder
 
         folder = shared_folder(tmp_path_factory) / f"higgs_{precision}" / "build"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from codes.runtime.decoding import RandomNoise
+from codes.runtime.model.decoding import RandomNoise
 
 
 class FailingNoise:

@@ -23,7 +23,7 @@ warnings.filterwarnings("ignore", message="Couldn't find ffmpeg or avconv")
 import torch  # noqa: E402
 from omnivoice.models.omnivoice import OmniVoice  # noqa: E402
 
-from codes.runtime.specs import AUDIO_MASK_ID, AUDIO_VOCAB_SIZE, NUM_CODEBOOKS, SAMPLE_RATE  # noqa: E402
+from codes.runtime.contract.specs import AUDIO_MASK_ID, AUDIO_VOCAB_SIZE, NUM_CODEBOOKS, SAMPLE_RATE  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -189,7 +189,7 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def text_tokenizer(tokenizer_dir):
-    from codes.runtime.text_tokenizer import TextTokenizer
+    from codes.runtime.text.tokenizer import TextTokenizer
 
     return TextTokenizer.from_dir(tokenizer_dir)
 

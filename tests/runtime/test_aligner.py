@@ -14,9 +14,9 @@ from helpers.synthesis_inputs import FP32_BUILD
 
 from codes.common.errors import UserError
 from codes.export.generated_higgs import speech_like_signal
-from codes.runtime.aligner import Aligner, Piece
-from codes.runtime.audio import resample
-from codes.runtime.manifest import read_manifest
+from codes.runtime.audio.processing import resample
+from codes.runtime.contract.manifest import read_manifest
+from codes.runtime.recognition.aligner import Aligner, Piece
 from codes.runtime.synthesis import OmniVoiceOnnx
 
 ALIGNER_BUILD = (*FP32_BUILD, "--include-aligner", "--aligner-model", "tiny-whisper")

@@ -1,6 +1,6 @@
 """Word timings equal openai-whisper's forced alignment (`whisper.timing.find_alignment`) on the same weights.
 
-Each small function of codes/runtime/alignment.py against its twin in openai-whisper, then whole clips:
+Each small function of codes/runtime/recognition/alignment.py against its twin in openai-whisper, then whole clips:
 the aligner built from the tiny random Whisper against openai-whisper's `Whisper` module loaded with
 the same checkpoint, for the same 16 kHz samples: the same words, and times within one 20 ms frame. The
 full-size check (turbo's shapes and heads) runs in bench/words_bench.py (bench/words_results.md).
@@ -18,9 +18,9 @@ import pytest
 
 from codes.common.errors import UserError
 from codes.export.generated_higgs import speech_like_signal
-from codes.runtime import alignment
-from codes.runtime.aligner import Aligner
-from codes.runtime.asr import Recogniser
+from codes.runtime.recognition import alignment
+from codes.runtime.recognition.aligner import Aligner
+from codes.runtime.recognition.asr import Recogniser
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FRAME = 0.02  # one attention frame: the bound on every time
@@ -204,7 +204,7 @@ def test_a_pause_after_the_text_is_left_to_the_last_word(aligner):
 
 
 def test_words_are_reported_as_written_where_normalize_text_kept_them_one_to_one(aligner, openai_model):
-    from codes.runtime.normalize import normalize_text
+    from codes.runtime.text.normalize import normalize_text
 
     language, spoken, seconds, seed = CLIPS["normalized"]
     assert normalize_text(CLIP_WRITTEN, language) == spoken  # the clip's text is what normalize_text made
@@ -231,8 +231,8 @@ def tts(builds):
 
 def test_align_words_times_a_synthesized_utterance_as_find_alignment(tts, openai_model):
     """What a door calls: the 24 kHz audio generate made from a normalized text, that text and the one written."""
-    from codes.runtime.audio import resample
-    from codes.runtime.normalize import normalize_text
+    from codes.runtime.audio.processing import resample
+    from codes.runtime.text.normalize import normalize_text
 
     written = "I have 2345 apples, Dr. Jones."
     audio = tts.generate(written, language="en", normalize_text=True, num_steps=4, seed=0)
@@ -277,7 +277,7 @@ def _as_built_before_word_timings(asr_dir: Path) -> None:
 
     from codes.common.fileio import sha256_file
     from codes.export.onnx_io import save_model
-    from codes.runtime.asr import ALIGNMENT_OUTPUT
+    from codes.runtime.recognition.asr import ALIGNMENT_OUTPUT
 
     decoder = onnx.load(str(asr_dir / "decoder.onnx"))
     outputs = [o.name for o in decoder.graph.output if o.name != ALIGNMENT_OUTPUT]
@@ -321,7 +321,7 @@ def test_a_recogniser_built_before_word_timings_transcribes_and_says_to_rebuild(
 def test_aligning_imports_no_torch(aligner):
     script = (
         "import sys\n"
-        "from codes.runtime.aligner import Aligner\n"
+        "from codes.runtime.recognition.aligner import Aligner\n"
         "from codes.export.generated_higgs import speech_like_signal\n"
         f"words = Aligner({str(aligner.folder)!r}, threads=1).align(speech_like_signal(3, 24000, 1), 24000, "
         "'Hello there, friend.', 'en')\n"

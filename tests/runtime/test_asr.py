@@ -18,7 +18,7 @@ import pytest
 
 from codes.common.errors import UserError
 from codes.export.generated_higgs import speech_like_signal
-from codes.runtime import asr as ours
+from codes.runtime.recognition import asr as ours
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # (seconds, sample rate, seed): upstream hands the recogniser 24 kHz; other rates go through the same resampler
@@ -66,7 +66,7 @@ def test_transcript_equals_the_pipeline(recogniser, upstream_pipeline, seconds, 
 def test_a_clip_over_20_s_is_trimmed_then_transcribed_as_upstream(recogniser, upstream_pipeline):
     """Without a transcript upstream trims a clip over 20 s (at a pause within 15 s), removes silences,
     then transcribes: the recogniser never sees more than 20 s."""
-    from codes.runtime.audio import remove_silence, trim_long_audio
+    from codes.runtime.audio.processing import remove_silence, trim_long_audio
 
     wav = speech_like_signal(34, 24000, seed=11)
     prepared = remove_silence(trim_long_audio(wav, 24000, trim_threshold=20.0), 24000,
@@ -112,7 +112,7 @@ def test_resampling_is_the_pipelines_torchaudio(rate):
     import torch
     from torchaudio import functional as F
 
-    from codes.runtime.audio import resample
+    from codes.runtime.audio.processing import resample
 
     wav = speech_like_signal(2.3, rate, seed=5)
     np.testing.assert_allclose(resample(wav, rate, 16000), F.resample(torch.from_numpy(wav), rate, 16000).numpy(),
@@ -158,7 +158,7 @@ def test_segments_equal_retrieve_segment():
 def test_the_runtime_imports_no_torch(fp32_build):
     script = (
         "import sys, numpy as np\n"
-        "from codes.runtime.asr import Recogniser\n"
+        "from codes.runtime.recognition.asr import Recogniser\n"
         "from codes.export.generated_higgs import speech_like_signal\n"
         f"text = Recogniser({str(fp32_build)!r}, threads=1).transcribe(speech_like_signal(3, 24000, 1), 24000)\n"
         "print(repr(text), sorted(m for m in ('torch', 'torchaudio', 'transformers', 'omnivoice') if m in sys.modules))\n"
@@ -225,8 +225,8 @@ def test_a_clip_alone_through_inference_equals_upstream_generate(asr_build, upst
     from helpers.synthesis_inputs import REF_TEXT, reference_clip, write_clip
     from helpers.upstream_twins import recorded_codes
 
-    from codes.runtime.synthesis import OmniVoiceOnnx
     from codes.runtime.request import Voice
+    from codes.runtime.synthesis import OmniVoiceOnnx
 
     clip = write_clip(tmp_path / "ref.wav", reference_clip(24000), 24000)
     with recorded_codes(upstream_cloner) as calls:

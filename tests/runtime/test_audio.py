@@ -1,4 +1,4 @@
-"""codes.runtime.audio against upstream's utils/audio.py (pydub), torchaudio resampling and post-processing."""
+"""codes.runtime.audio.processing against upstream's utils/audio.py (pydub), torchaudio resampling and post-processing."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 from omnivoice.utils import audio as upstream_audio
 
 from codes.checks import hostile_clips
-from codes.runtime import audio
 from codes.common.errors import UserError
-from codes.runtime.settings import GenerationSettings
+from codes.runtime.audio import processing as audio
+from codes.runtime.contract.settings import GenerationSettings
 
 SR = 24000
 

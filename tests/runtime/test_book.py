@@ -24,8 +24,8 @@ from helpers.scripts import ROOT, last_error_line, run_main
 
 from codes.checks.sample_book import markdown, plain_text, sample_book, write_epub
 from codes.runtime.book import Reading, book_script, parse_book, read_marks
+from codes.runtime.contract.settings import GenerationSettings
 from codes.runtime.script import parse_script, speak_script
-from codes.runtime.settings import GenerationSettings
 from codes.runtime.synthesis import OmniVoiceOnnx
 
 RATE = 24000

@@ -13,12 +13,12 @@ import pytest
 from helpers.scripts import last_error_line, run_main, run_script
 from helpers.synthesis_inputs import REF_TEXT, reference_clip, write_clip
 
-from codes.runtime.normalize import normalize_text
+from codes.runtime.contract.settings import GenerationSettings
 from codes.runtime.request import Voice
 from codes.runtime.script import Caption, caption_text, parse_script, read_script, speak_script
 from codes.runtime.script.subtitles import parse_timestamp
-from codes.runtime.settings import GenerationSettings
 from codes.runtime.synthesis import OmniVoiceOnnx
+from codes.runtime.text.normalize import normalize_text
 
 RATE, PAD = 24000, 2400
 STEPS = 4

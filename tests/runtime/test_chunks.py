@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from codes.runtime.chunks import MAX_WEIGHT, MIN_WEIGHT, TextStream, clauses, sentences, stream_chunks
-from codes.runtime.duration import text_weight
+from codes.runtime.text.chunks import MAX_WEIGHT, MIN_WEIGHT, TextStream, clauses, sentences, stream_chunks
+from codes.runtime.text.duration import text_weight
 
 TEXTS = [
     "Turning on the kitchen lights.",

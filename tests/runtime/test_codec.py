@@ -1,4 +1,4 @@
-"""The ONNX Higgs codec (codes/export/higgs.py, codes/runtime/codec.py, codes/checks/equiv_codec.py) on the tiny codec."""
+"""The ONNX Higgs codec (codes/export/higgs.py, codes/runtime/audio/codec.py, codes/checks/equiv_codec.py) on the tiny codec."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pytest
 import soxr
 from helpers.codec_builds import codec_build, tiny_codec_source
 
-from codes.runtime.codec import HiggsCodec, check_files
 from codes.checks.equiv_codec import FP16_MIN_SNR_DB, codec_equivalence, snr_db
 from codes.common.errors import UserError
 from codes.common.fileio import sha256_file
-from codes.runtime.specs import HIGGS_SPECS
 from codes.export.generated_higgs import speech_like_signal
+from codes.runtime.audio.codec import HiggsCodec, check_files
+from codes.runtime.contract.specs import HIGGS_SPECS
 
 SR = 24000
 

@@ -1,4 +1,4 @@
-"""codes.runtime.decoding against upstream's decoding maths, piece by piece and over whole runs."""
+"""codes.runtime.model.decoding against upstream's decoding maths, piece by piece and over whole runs."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ from omnivoice.models.omnivoice import (
     _gumbel_sample,
 )
 
-from codes.runtime import decoding
-from codes.runtime.prompt import build_cfg_batch, build_prompt
-from codes.runtime.settings import GenerationSettings
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.model import decoding
+from codes.runtime.voices.prompt import build_cfg_batch, build_prompt
 
 
 def _upstream_schedule(target_len, num_step, t_shift):

@@ -1,4 +1,4 @@
-"""codes.runtime.duration against upstream's RuleDurationEstimator and target-length rules."""
+"""codes.runtime.text.duration against upstream's RuleDurationEstimator and target-length rules."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from helpers.upstream_twins import extraction_tool, upstream_self
 from omnivoice.models.omnivoice import VoiceClonePrompt
 from omnivoice.utils.duration import RuleDurationEstimator
 
-from codes.runtime import duration
 from codes.runtime.data import load_table
+from codes.runtime.text import duration
 
 ESTIMATOR = RuleDurationEstimator()
 

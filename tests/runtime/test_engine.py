@@ -8,9 +8,9 @@ from concurrent.futures import CancelledError
 import numpy as np
 import pytest
 
-from codes.runtime.decoding import RandomNoise
-from codes.runtime.engine import QueueFull, StepCost, StepEngine
-from codes.runtime.settings import GenerationSettings
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.model.decoding import RandomNoise
+from codes.runtime.model.engine import QueueFull, StepCost, StepEngine
 from codes.runtime.synthesis import OmniVoiceOnnx
 from helpers.faults import FailingNoise
 from helpers.synthesis_inputs import FP32_BUILD
@@ -193,7 +193,7 @@ def test_an_item_that_fails_a_step_fails_alone_and_its_neighbour_finishes_unchan
 
 
 def test_a_dead_engine_thread_fails_every_waiting_item_and_refuses_more(tts):
-    from codes.runtime.engine import EngineDown
+    from codes.runtime.model.engine import EngineDown
 
     engine = StepEngine(tts, max_batch=8)
     engine.start()
@@ -210,7 +210,7 @@ def test_a_dead_engine_thread_fails_every_waiting_item_and_refuses_more(tts):
 
 def test_a_stopped_engine_refuses_new_work(tts):
     """Stopped (a server ending), nothing would decode what comes after: it is refused, never left waiting."""
-    from codes.runtime.engine import EngineDown
+    from codes.runtime.model.engine import EngineDown
 
     engine = StepEngine(tts, max_batch=8)
     engine.start()

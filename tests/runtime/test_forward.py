@@ -14,11 +14,11 @@ import pytest
 from helpers.synthesis_inputs import FP32_BUILD
 
 from codes.checks.equiv import padded_cfg_batch
-from codes.runtime import specs
-from codes.runtime.forward import window_index
-from codes.runtime.manifest import read_manifest
-from codes.runtime.prompt import build_cfg_batch
+from codes.runtime.contract import specs
+from codes.runtime.contract.manifest import read_manifest
+from codes.runtime.model.forward import window_index
 from codes.runtime.synthesis import OmniVoiceOnnx
+from codes.runtime.voices.prompt import build_cfg_batch
 
 TEXTS = ["Hello there, how are you today?", "A second one, rather longer, so that the batch needs padding."]
 

@@ -21,7 +21,7 @@ from helpers.synthesis_inputs import ASR_BUILD, ASR_ONLY, FP32_BUILD, REF_TEXT, 
 
 from codes.export.generated_higgs import speech_like_signal
 from codes.export.manifest_write import write_manifest
-from codes.runtime.manifest import MANIFEST_NAME, read_manifest
+from codes.runtime.contract.manifest import MANIFEST_NAME, read_manifest
 from codes.runtime.synthesis import OmniVoiceOnnx
 
 FAST = ("--num_steps", "8", "--threads", "1", "--quiet")
@@ -188,7 +188,7 @@ def test_runtime_path_never_imports_torch(model_dir, tmp_path):
     script = (
         "import sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "import codes.runtime.synthesis, codes.runtime.codec, inference\n"
+        "import codes.runtime.synthesis, codes.runtime.audio.codec, inference\n"
         f"code = inference.main(['--model_dir', {str(model_dir)!r}, '--text', 'Hello.', '--num_steps', '4',\n"
         f"                       '--quiet', '--output', {str(tmp_path / 'out.wav')!r}])\n"
         "print(code, sorted(m for m in ('torch', 'torchaudio', 'transformers', 'omnivoice') if m in sys.modules))\n"

@@ -1,4 +1,4 @@
-"""normalize_text (codes/runtime/normalize.py) against upstream's omnivoice.utils.text.normalize_text, string for
+"""normalize_text (codes/runtime/text/normalize.py) against upstream's omnivoice.utils.text.normalize_text, string for
 string: numbers, ordinals, dates, times, currency, percentages, phone numbers and units in English and Chinese,
 integers in other languages, with non-verbal tags, CMU phones and pinyin held out."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omnivoice.utils.text import normalize_text as upstream_normalize_text
 
-from codes.runtime.normalize import normalization_language, normalize_text
+from codes.runtime.text.normalize import normalization_language, normalize_text
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def test_without_the_library_asking_for_normalization_is_one_line_and_nothing_el
         "import sys\n"
         "sys.modules['tn'] = None\n"  # as if WeTextProcessing could not be imported
         "from codes.common.errors import UserError\n"
-        "from codes.runtime.normalize import normalize_text\n"
+        "from codes.runtime.text.normalize import normalize_text\n"
         "assert normalize_text('Ich habe 3 Äpfel.', 'de') == 'Ich habe drei Äpfel.'\n"
         "try:\n"
         "    normalize_text('I have 3 apples.', 'en')\n"

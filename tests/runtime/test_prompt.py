@@ -1,4 +1,4 @@
-"""codes.runtime.prompt against upstream's `_prepare_inference_inputs` and the CFG batch of `_generate_iterative`."""
+"""codes.runtime.voices.prompt against upstream's `_prepare_inference_inputs` and the CFG batch of `_generate_iterative`."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from helpers.upstream_twins import (  # noqa: F401 (fixtures)
 
 from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
-from codes.runtime import prompt
 from codes.common.errors import UserError
+from codes.runtime.voices import prompt
 
 RNG = np.random.default_rng(7)
 REF_CODES = {n: RNG.integers(0, 1024, (8, n)) for n in (3, 11)}

@@ -1,4 +1,4 @@
-"""codes/runtime/prompt_file.py: upstream's .pt voice prompts and wyoming-piper's ref.rvq read without torch
+"""codes/runtime/voices/prompt_file.py: upstream's .pt voice prompts and wyoming-piper's ref.rvq read without torch
 and without trusting pickle, and ours written so upstream reads them back exactly.
 
 The files are made here with the real torch and omnivoice packages (the build environment has both);
@@ -19,9 +19,9 @@ import torch
 from helpers.scripts import last_error_line, run_script
 from omnivoice.models.omnivoice import VoiceClonePrompt
 
-from codes.runtime import prompt_file
-from codes.runtime.prompt_file import MAX_FILE_BYTES, PromptFileError, is_prompt_file, prompt_bytes, read_prompt
 from codes.runtime.request import Voice
+from codes.runtime.voices import prompt_file
+from codes.runtime.voices.prompt_file import MAX_FILE_BYTES, PromptFileError, is_prompt_file, prompt_bytes, read_prompt
 
 TEXT = "This is what the reference clip says."
 

@@ -9,7 +9,7 @@ import pytest
 from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
 from codes.common.errors import UserError
-from codes.runtime.settings import ALIASES, GenerationSettings
+from codes.runtime.contract.settings import ALIASES, GenerationSettings
 
 
 def test_defaults_equal_upstream_generation_config():
@@ -53,7 +53,7 @@ def test_replace_validates_and_rejects_unknown_names():
 def test_the_flags_take_upstreams_names_and_switches():
     import argparse
 
-    from codes.runtime.settings import add_generation_flags, settings_from_flags
+    from codes.runtime.contract.settings import add_generation_flags, settings_from_flags
 
     parser = argparse.ArgumentParser()
     add_generation_flags(parser)

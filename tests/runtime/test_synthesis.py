@@ -18,9 +18,9 @@ from helpers.upstream_twins import RecordingNoise, ReplayedRandLike, recorded_co
 
 from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
 
-from codes.runtime.decoding import RandomNoise
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.specs import BACKBONE, HIGGS_DECODER
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.contract.specs import BACKBONE, HIGGS_DECODER
+from codes.runtime.model.decoding import RandomNoise
 from codes.runtime.synthesis import OmniVoiceOnnx
 
 # (text, language, instruct): three scripts and lengths, a non-verbal tag, voice design.

@@ -1,4 +1,4 @@
-"""codes.runtime.text against upstream's text helpers, input by input."""
+"""codes.runtime.text.cleanup against upstream's text helpers, input by input."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from helpers.upstream_twins import extraction_tool
 from omnivoice.models.omnivoice import _NONVERBAL_PATTERN, _combine_text
 from omnivoice.utils import text as upstream_text
 
-from codes.runtime import text
 from codes.runtime.data import load_table
+from codes.runtime.text import cleanup as text
 
 COMBINE_CASES = [
     ("Hello world.", None),

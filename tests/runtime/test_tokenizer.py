@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from codes.common.errors import UserError
-from codes.runtime.text_tokenizer import TextTokenizer
 from codes.export.tokenizer_build import (
     MERGE_COUNT,
     OMNIVOICE_SPECIAL_TOKENS,
@@ -19,6 +18,7 @@ from codes.export.tokenizer_build import (
     VOCAB_SIZE,
     write_tokenizer_files,
 )
+from codes.runtime.text.tokenizer import TextTokenizer
 from helpers.upstream_twins import load_with_transformers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -163,6 +163,6 @@ def test_missing_or_broken_file_raises_user_error(tmp_path):
 
 
 def test_runtime_tokenizer_imports_neither_torch_nor_transformers():
-    probe = "import sys, codes.runtime.text_tokenizer; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    probe = "import sys, codes.runtime.text.tokenizer; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

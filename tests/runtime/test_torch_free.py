@@ -10,20 +10,20 @@ from helpers.venvs import runtime_venv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNTIME_MODULES = [
-    "codes.runtime.text",
-    "codes.runtime.voice_design",
-    "codes.runtime.duration",
-    "codes.runtime.settings",
-    "codes.runtime.prompt",
-    "codes.runtime.decoding",
-    "codes.runtime.audio",
-    "codes.runtime.prompt_file",
-    "codes.runtime.normalize",
+    "codes.runtime.text.cleanup",
+    "codes.runtime.text.voice_design",
+    "codes.runtime.text.duration",
+    "codes.runtime.contract.settings",
+    "codes.runtime.voices.prompt",
+    "codes.runtime.model.decoding",
+    "codes.runtime.audio.processing",
+    "codes.runtime.voices.prompt_file",
+    "codes.runtime.text.normalize",
     "codes.runtime.api",
     "codes.runtime.script",
     "codes.runtime.book",
-    "codes.runtime.asr",
-    "codes.runtime.alignment",
+    "codes.runtime.recognition.asr",
+    "codes.runtime.recognition.alignment",
 ]
 FORBIDDEN = ["torch", "torchaudio", "transformers", "omnivoice", "pydub", "librosa"]
 
@@ -32,7 +32,7 @@ def test_runtime_modules_import_without_torch():
     script = (
         "import sys\n"
         f"for name in {RUNTIME_MODULES!r}: __import__(name)\n"
-        "import codes.runtime.audio as audio, numpy as np\n"
+        "import codes.runtime.audio.processing as audio, numpy as np\n"
         "audio.remove_silence(np.zeros(2400, np.float32), 24000)\n"
         f"print(sorted(m for m in {FORBIDDEN!r} if m in sys.modules))\n"
     )
@@ -55,7 +55,7 @@ def test_runtime_runs_in_a_venv_with_only_the_runtime_requirements(builds, tmp_p
     missing = subprocess.run([str(python), "-c", f"import importlib.util as u; print([m for m in {FORBIDDEN!r} if u.find_spec(m)])"],
                              capture_output=True, text=True, check=True)
     assert missing.stdout.strip() == "[]"
-    imported = subprocess.run([str(python), "-c", "import codes.runtime.synthesis, codes.runtime.codec"],
+    imported = subprocess.run([str(python), "-c", "import codes.runtime.synthesis, codes.runtime.audio.codec"],
                               cwd=REPO_ROOT, capture_output=True, text=True)
     assert imported.returncode == 0, imported.stderr
     spoken = subprocess.run([str(python), str(REPO_ROOT / "inference.py"), "--model_dir", str(model_dir), "--text",

@@ -1,4 +1,4 @@
-"""codes.runtime.voice_design against upstream's `_resolve_language` / `_resolve_instruct`."""
+"""codes.runtime.text.voice_design against upstream's `_resolve_language` / `_resolve_instruct`."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from helpers.upstream_twins import extraction_tool
 from omnivoice.models.omnivoice import _resolve_instruct, _resolve_language
 from omnivoice.utils import lang_map, voice_design as upstream_vd
 
-from codes.runtime import voice_design
-from codes.runtime.data import load_table
 from codes.common.errors import UserError
+from codes.runtime.data import load_table
+from codes.runtime.text import voice_design
 
 
 def test_language_and_instruct_json_equal_upstream_tables():
@@ -36,7 +36,7 @@ def test_resolve_language_equals_upstream(language):
 
 
 def test_unknown_language_warns_and_falls_back_to_none(caplog):
-    with caplog.at_level(logging.WARNING, logger="codes.runtime.voice_design"):
+    with caplog.at_level(logging.WARNING, logger="codes.runtime.text.voice_design"):
         assert voice_design.resolve_language("Klingon") is None
     assert "Klingon" in caplog.text
 

@@ -426,7 +426,7 @@ def test_an_upload_bomb_through_mcp_save_voice_is_refused_the_same_way(server, b
     still_serving(server)
 
 def test_a_multichannel_clip_is_saved_as_its_mono_mixdown(server):
-    from codes.runtime.audio import to_mono
+    from codes.runtime.audio.processing import to_mono
     from codes.runtime.request import Voice
 
     data, samples = clips.channels_wav(2 * 24000, 8)
@@ -710,11 +710,11 @@ def test_a_dead_engine_turns_health_503_and_ends_waiting_requests(served_build, 
     """The app and a real uvicorn in this process, so the test can break the engine's thread itself."""
     import uvicorn
 
-    from codes.runtime.manifest import read_manifest
+    from codes.runtime.contract.manifest import read_manifest
     from codes.runtime.synthesis import OmniVoiceOnnx
-    from codes.serve.doors.http import create_app
-    from codes.serve.core.state import ServerConfig, ServerState
     from codes.serve.core.loaded_model import LoadedModel
+    from codes.serve.core.state import ServerConfig, ServerState
+    from codes.serve.doors.http import create_app
     from codes.serve.voices.book import VoiceBook
     from codes.serve.voices.pins import DesignPins
     from codes.serve.voices.resolver import Voices

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from helpers.serving import Server, free_port, speak
-from codes.runtime.duration import paced_frames
-from codes.runtime.reference import trim_voice
 from codes.runtime.request import Voice
+from codes.runtime.text.duration import paced_frames
+from codes.runtime.voices.reference import trim_voice
 from codes.serve.voices.pins import PinSettings, canonical_instruct
 
 

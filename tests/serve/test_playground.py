@@ -25,7 +25,7 @@ import soundfile
 from playwright.sync_api import expect
 
 from codes.runtime.data import load_table
-from codes.runtime.voice_design import LANGUAGE_IDS, language_choices, resolve_instruct
+from codes.runtime.text.voice_design import LANGUAGE_IDS, language_choices, resolve_instruct
 from helpers.browser import Visit, chromium
 from helpers.serving import TWO_SENTENCES, Server, started
 from helpers.synthesis_inputs import REF_TEXT, reference_clip

@@ -292,7 +292,7 @@ def one_off(**extra) -> dict:
 
 
 def test_normalize_text_speaks_what_the_normalizer_writes(server):
-    from codes.runtime.normalize import normalize_text
+    from codes.runtime.text.normalize import normalize_text
 
     words = normalize_text(APPLES, "en")
     assert "25" not in words and "twenty" in words
@@ -345,7 +345,7 @@ def normalizing(build, tmp_path_factory):
 
 
 def test_normalize_text_by_default_and_a_request_that_says_no(normalizing):
-    from codes.runtime.normalize import normalize_text
+    from codes.runtime.text.normalize import normalize_text
 
     defaults = httpx.get(f"{normalizing.url}/v1/audio/defaults").json()
     assert defaults["normalize_text"] is True and defaults["num_steps"] == 32 and defaults["denoise"] is True
@@ -377,7 +377,7 @@ def test_a_one_off_clip_is_held_to_the_upload_limits(normalizing):
 
 
 def test_the_languages_route_lists_every_language_by_upstreams_names(server):
-    from codes.runtime.voice_design import LANGUAGE_NAME_TO_ID
+    from codes.runtime.text.voice_design import LANGUAGE_NAME_TO_ID
 
     listed = httpx.get(f"{server.url}/v1/audio/languages").json()["languages"]
     assert len(listed) == len(LANGUAGE_NAME_TO_ID) == 646
@@ -389,7 +389,7 @@ def test_the_languages_route_lists_every_language_by_upstreams_names(server):
 
 def test_the_voice_design_route_serves_upstreams_vocabulary(server):
     from codes.runtime.data import load_table
-    from codes.runtime.voice_design import resolve_instruct
+    from codes.runtime.text.voice_design import resolve_instruct
 
     listed = httpx.get(f"{server.url}/v1/audio/voice-design").json()["categories"]
     table = load_table("instruct")["categories"]
@@ -406,7 +406,7 @@ def test_the_voice_design_route_serves_upstreams_vocabulary(server):
 
 
 def test_chosen_design_items_are_joined_as_the_runtime_reads_them(server):
-    from codes.runtime.voice_design import resolve_instruct
+    from codes.runtime.text.voice_design import resolve_instruct
 
     def joined(items):
         return httpx.post(f"{server.url}/v1/audio/voice-design", json={"items": items})

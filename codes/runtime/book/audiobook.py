@@ -17,10 +17,10 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
+from codes.runtime.audio.outputs import check_audio_output_path, check_output_path, write_audio
 import codes.runtime.book.containers as containers
 import codes.runtime.book.loudness as loudness
 from codes.runtime.book.reading import BookScript
-from codes.runtime.outputs import check_audio_output_path, check_output_path, write_audio
 from codes.runtime.script import CAPTION_SUFFIXES, write_captions
 
 CHAPTER_SUFFIXES = (".mp3", ".m4a", ".wav", ".flac", ".ogg")

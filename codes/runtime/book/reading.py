@@ -1,7 +1,7 @@
 """A book into a Script: one segment a sentence, pauses at paragraphs and chapters, a narrator and, where
 asked, a second voice for what is in quotation marks.
 
-Sentences are cut at sentence ends as the runtime's chunking cuts them (codes/runtime/chunks.py: an
+Sentences are cut at sentence ends as the runtime's chunking cuts them (codes/runtime/text/chunks.py: an
 abbreviation's "." ends none; a piece under 3 characters joins the one before), and each is one segment, so
 that an edited paragraph re-speaks only the sentences that changed and a read-along times every sentence
 by its own samples. A sentence longer than a work item is cut further by the runtime, as any long text.
@@ -21,7 +21,7 @@ from codes.runtime.book.markup import read_html, read_markdown
 from codes.runtime.book.model import Book, ReadingChoices
 from codes.runtime.book.plaintext import read_text_book
 from codes.runtime.script import Break, Script, Segment, check_name
-from codes.runtime.chunks import sentences
+from codes.runtime.text.chunks import sentences
 
 BOOK_FORMATS = ("epub", "markdown", "html", "book")  # "book": plain text read as a book (chapter lines)
 SUFFIXES = {".epub": "epub", ".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html",

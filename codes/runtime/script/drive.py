@@ -8,12 +8,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import numpy as np
 
-from codes.runtime.engine import StepEngine
+from codes.runtime.contract.settings import SCRIPT_MAX_BATCH
+from codes.runtime.model.engine import StepEngine
 from codes.runtime.script.assembly import Assembly
 from codes.runtime.script.pieces import StoredPiece
 from codes.runtime.script.plan import Job, ScriptPlan, ScriptRun
 from codes.runtime.script.timeline import RenderedScript
-from codes.runtime.settings import SCRIPT_MAX_BATCH
 
 
 def render_plan(tts, plan: ScriptPlan, max_batch: int | None = None, on_progress: Callable[[int, int, float], None] | None = None,

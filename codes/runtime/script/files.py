@@ -7,7 +7,7 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
-from codes.runtime.outputs import check_audio_output_path, check_output_path, write_audio
+from codes.runtime.audio.outputs import check_audio_output_path, check_output_path, write_audio
 from codes.runtime.script.subtitles import caption_text
 from codes.runtime.script.timeline import RenderedScript
 

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 
 from codes.common.errors import UserError
-from codes.runtime.duration import estimate_target_tokens, frames_for_duration
-from codes.runtime.specs import FRAME_RATE
+from codes.runtime.contract.specs import FRAME_RATE
+from codes.runtime.text.duration import estimate_target_tokens, frames_for_duration
 
 # The longest break (and --gap) a script may ask for: a longer silence is a mistake (a unit, a stray zero),
 # and a track made of it is not speech.

@@ -22,7 +22,7 @@ from pathlib import Path
 from codes.common.errors import UserError
 from codes.runtime.request import Voice
 from codes.runtime.script.text_input import check_name
-from codes.runtime.voice_design import resolve_instruct
+from codes.runtime.text.voice_design import resolve_instruct
 
 DEFAULT_SPEAKER = "default"  # the one speaker of a script declared without any: an auto voice
 CLIP_SUFFIXES = frozenset({".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".aif", ".aiff", ".webm"})

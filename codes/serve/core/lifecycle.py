@@ -32,14 +32,14 @@ import time
 from codes.common.errors import UserError
 from codes.common.journal import fingerprint
 from codes.runtime.book import BOOK_FORMATS, DIALOGUE_SPEAKER, BookScript, Reading, book_script, parse_book
-from codes.runtime.chunks import TextStream, stream_chunks
-from codes.runtime.engine import QueueFull
-from codes.runtime.normalize import normalize_text
+from codes.runtime.contract.settings import SCRIPT_MAX_BATCH
+from codes.runtime.model.engine import QueueFull
+from codes.runtime.request import Voice
 from codes.runtime.script import (ScriptBounds, SpeakerVoice, check_bounds, check_name, parse_script, parse_voice,
                                   piece_fingerprints, plan_script, resolve_voice)
-from codes.runtime.request import Voice
-from codes.runtime.settings import SCRIPT_MAX_BATCH
-from codes.runtime.voice_design import resolve_language
+from codes.runtime.text.chunks import TextStream, stream_chunks
+from codes.runtime.text.normalize import normalize_text
+from codes.runtime.text.voice_design import resolve_language
 from codes.serve.core.params import ScriptParams, SpeechParams, book_bytes
 from codes.serve.core.script_stream import ScriptStream
 from codes.serve.core.sentences import SentenceStream, SpokenPiece, past_deadline, settle_sentences

@@ -11,10 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from codes.runtime.engine import StepCost, StepEngine, WorkItem
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.contract.specs import FRAME_RATE, SAMPLE_RATE
+from codes.runtime.model.engine import StepCost, StepEngine, WorkItem
 from codes.runtime.request import Request
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx
 from codes.serve.core.encode import FORMATS, encode_whole
 

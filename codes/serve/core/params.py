@@ -1,5 +1,5 @@
 """A speech request's fields, checked once for every door: OpenAI's names and ours, over the server's
-generation settings (the per-request numbers are codes/runtime/settings.py's TUNABLE, its switches
+generation settings (the per-request numbers are codes/runtime/contract/settings.py's TUNABLE, its switches
 SWITCHES, neither re-listed). A one-off clone (`ref_audio`, base64 of a clip, with `ref_text` or without it, to be
 transcribed) is held to an upload's limits here, before any decoding; it is encoded by codes/serve/voices/uploads.py.
 """
@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass
 
 from codes.common.errors import UserError
+from codes.runtime.book import BOOK_FORMATS
+from codes.runtime.contract.settings import SWITCHES, TUNABLE, GenerationSettings
 from codes.runtime.request import needs_transcript
 from codes.runtime.script import CAPTION_SUFFIXES, OVERLAPS
-from codes.runtime.book import BOOK_FORMATS
 from codes.runtime.script import FORMATS
-from codes.runtime.settings import SWITCHES, TUNABLE, GenerationSettings
 from codes.serve.core.encode import check_format
 from codes.serve.edge.errors import RequestError
 from codes.serve.edge.limits import MAX_STEPS, Limits, excerpt, flag
@@ -108,7 +108,7 @@ class SpeechParams:
     duration: float | None
     seed: int | None
     settings: GenerationSettings
-    normalize_text: bool = False  # numbers, dates, currency in words before the text is cut (codes/runtime/normalize.py)
+    normalize_text: bool = False  # numbers, dates, currency in words before the text is cut (codes/runtime/text/normalize.py)
     ref_audio: bytes | None = None  # a one-off clone's clip (an audio file's bytes): it wins over `voice`
     ref_text: str | None = None  # that clip's transcript (None: the recogniser's)
     word_timings: bool = False  # each piece's timing also says when each word is heard (where the build aligns)
@@ -286,7 +286,7 @@ def book_bytes(params: ScriptParams) -> bytes | str:
 def design_instructions(body) -> str:
     """POST /v1/audio/voice-design: the chosen vocabulary items ({"items": [...]}) as one instruct, joined as the
     runtime reads it (resolve_instruct: a dialect makes every item Chinese, joined with "，")."""
-    from codes.runtime.voice_design import resolve_instruct
+    from codes.runtime.text.voice_design import resolve_instruct
 
     items = body.get("items") if isinstance(body, dict) else None
     if not isinstance(items, list) or not all(isinstance(item, str) and len(item) <= 64 for item in items) \

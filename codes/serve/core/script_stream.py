@@ -20,10 +20,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from codes.runtime.book import chapter_spans
-from codes.runtime.engine import QueueFull, WorkItem
+from codes.runtime.contract.specs import SAMPLE_RATE
+from codes.runtime.model.engine import QueueFull, WorkItem
 from codes.runtime.script import (Assembly, Job, RenderedScript, ScriptPlan, ScriptRun, StoredPiece, align_captions,
                                   caption_text)
-from codes.runtime.specs import SAMPLE_RATE
 from codes.serve.core.loaded_model import LoadedModel
 from codes.serve.core.sentences import QUEUE_RETRY_S, request_log, since
 from codes.serve.edge.errors import StreamFailed

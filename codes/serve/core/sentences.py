@@ -1,6 +1,6 @@
 """One speech request as chunk work items on the step engine, audio out in order as each is ready.
 
-The text is cut into chunks by codes/runtime/chunks.py: a first clause, so the first audio comes
+The text is cut into chunks by codes/runtime/text/chunks.py: a first clause, so the first audio comes
 early, then pieces that grow back to whole sentences. Items are submitted in order of need: the
 first chunk is urgent (the engine runs it ahead of other requests' later chunks), and a chunk's
 successor joins the engine when the chunk's codes are done, due when the chunk's audio will have
@@ -24,13 +24,13 @@ from typing import Callable
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.runtime.decoding import RandomNoise
-from codes.runtime.duration import text_weight
-from codes.runtime.engine import QueueFull, WorkItem, max_item_frames
+from codes.runtime.contract.settings import GenerationSettings, max_item_frames
+from codes.runtime.contract.specs import FRAME_RATE, SAMPLE_RATE
+from codes.runtime.model.decoding import RandomNoise
+from codes.runtime.model.engine import QueueFull, WorkItem
 from codes.runtime.request import Request, Voice
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.specs import FRAME_RATE, SAMPLE_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx
+from codes.runtime.text.duration import text_weight
 from codes.serve.core.loaded_model import LoadedModel
 from codes.serve.edge.errors import StreamFailed
 from codes.serve.edge.limits import flag

@@ -9,7 +9,7 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codes.runtime.settings import GenerationSettings
+from codes.runtime.contract.settings import GenerationSettings
 from codes.serve.core.kept_pieces import PieceStore
 from codes.serve.core.loaded_model import LoadedModel
 from codes.serve.edge.errors import RequestError, too_busy

@@ -27,19 +27,19 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from codes.runtime.specs import SAMPLE_RATE
-from codes.runtime.voice_design import design_vocabulary, language_choices
+from codes.runtime.contract.specs import SAMPLE_RATE
+from codes.runtime.text.voice_design import design_vocabulary, language_choices
 from codes.serve.core.encode import CONTENT_TYPES, StreamEncoder, encode_whole
 from codes.serve.core.lifecycle import RequestLife, ScriptRequest, SpeechRequest, save_voice
-from codes.serve.doors.contract import Door, MountedDoor
-from codes.serve.doors.guard import SCRIPT_PATH, SPEECH_PATH, SPEECH_SCOPE, UPLOAD_PATH, envelope, error_response, guarded
-from codes.serve.edge.errors import REFUSALS, ClientStalled, RequestError, as_request_error
 from codes.serve.core.params import (MODEL_IDS, ScriptParams, SpeechParams, design_instructions, parse_script_request,
                                      parse_speech)
 from codes.serve.core.script_stream import script_summary
 from codes.serve.core.state import ServerState
+from codes.serve.doors.contract import Door, MountedDoor
+from codes.serve.doors.guard import SCRIPT_PATH, SPEECH_PATH, SPEECH_SCOPE, UPLOAD_PATH, envelope, error_response, guarded
 from codes.serve.doors.playground import add_playground
 from codes.serve.doors.stream import add_stream_door
+from codes.serve.edge.errors import REFUSALS, ClientStalled, RequestError, as_request_error
 from codes.serve.voices.book import NotDeletable, asked_id
 from codes.serve.voices.files import export_voice
 

@@ -27,7 +27,7 @@ from mcp_types import AudioContent, TextContent
 from codes.common.errors import UserError
 from codes.common.fileio import atomic_path
 from codes.common.version import VERSION
-from codes.runtime.specs import SAMPLE_RATE
+from codes.runtime.contract.specs import SAMPLE_RATE
 from codes.serve.core.encode import CONTENT_TYPES, encode_whole
 from codes.serve.core.lifecycle import ScriptRequest, SpeechRequest
 from codes.serve.core.lifecycle import save_voice as store_voice  # the tool's own name is save_voice

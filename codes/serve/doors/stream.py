@@ -30,7 +30,7 @@ import logging
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from codes.runtime.specs import SAMPLE_RATE
+from codes.runtime.contract.specs import SAMPLE_RATE
 from codes.serve.core.encode import pcm16
 from codes.serve.core.lifecycle import SpeechRequest
 from codes.serve.core.params import SpeechParams, parse_speech

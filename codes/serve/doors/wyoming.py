@@ -37,8 +37,8 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 
 from codes.common.errors import UserError
 from codes.common.version import VERSION
-from codes.runtime.specs import SAMPLE_RATE
-from codes.runtime.voice_design import LANGUAGE_IDS
+from codes.runtime.contract.specs import SAMPLE_RATE
+from codes.runtime.text.voice_design import LANGUAGE_IDS
 from codes.serve.core.encode import pcm16
 from codes.serve.core.lifecycle import SpeechRequest
 from codes.serve.core.params import parse_speech

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from codes.common.errors import UserError
-from codes.runtime.engine import EngineDown, QueueFull
+from codes.runtime.model.engine import EngineDown, QueueFull
 from codes.serve.edge.envelope import error_body, error_event
 from codes.serve.edge.limits import Limits, flag
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from codes.common.errors import UserError
-from codes.runtime.settings import GenerationSettings
+from codes.runtime.contract.settings import GenerationSettings
 from codes.serve.core.state import ServerConfig, ServerState
 from codes.serve.doors.contract import Door
 from codes.serve.edge.limits import MAX_STEPS, Limits, limits_from_args
@@ -86,7 +86,7 @@ def step_cost(value: str | None) -> tuple[float, float] | None:
 
 def service_options(args: argparse.Namespace) -> ServiceOptions:
     """The flags checked (UserError for a bad one) and the builds found."""
-    from codes.runtime.manifest import find_builds, recogniser_folder
+    from codes.runtime.contract.manifest import find_builds, recogniser_folder
 
     for name, value in (("--max-batch", args.max_batch), ("--max-queue", args.max_queue)):
         if value < 1:
@@ -107,7 +107,7 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
         recogniser_folder(asr_dir)
     normalize = bool(getattr(args, "normalize_text", False))
     if normalize:  # a missing WeTextProcessing is one line now, not a 400 on every request
-        from codes.runtime.normalize import check_available
+        from codes.runtime.text.normalize import check_available
 
         check_available()
     return ServiceOptions(model_dir, higgs_dir, args.voices_dir, args.api_key or os.environ.get("OMNIVOICE_API_KEY")
@@ -128,7 +128,7 @@ def voice_book(folder: Path) -> VoiceBook:
 
 def service_state(options: ServiceOptions) -> ServerState:
     """The server's state before its model is loaded: saved voices, design pins, kept script segments, limits."""
-    from codes.runtime.manifest import read_manifest
+    from codes.runtime.contract.manifest import read_manifest
     from codes.serve.core.kept_pieces import PieceStore
 
     book = voice_book(options.voices_dir)
@@ -163,7 +163,7 @@ def load_model(options: ServiceOptions, voices: Voices, stop: threading.Event | 
                         threads=options.threads, asr_dir=options.asr_dir)
     tts.codec.load_decoder()
     if options.normalize_text:  # the grammars load here (about a second), not in the first request
-        from codes.runtime.normalize import check_available
+        from codes.runtime.text.normalize import check_available
 
         check_available()
     model = LoadedModel(tts, options.max_batch, options.max_queue, options.step_cost)

@@ -2,7 +2,7 @@
 saved voices in --voices_dir and the voices imported from --voices-from folders.
 
 Saved voices are the files inference.py --save_voice writes, in one folder: ours (.npz) or upstream's
-VoiceClonePrompt.save (.pt, read without torch: codes/runtime/prompt_file.py); an id is a file name
+VoiceClonePrompt.save (.pt, read without torch: codes/runtime/voices/prompt_file.py); an id is a file name
 without its suffix and never reaches outside that folder. Imported voices (serve.py --voices-from,
 codes/serve/voices/files.py) are offered beside them under their folders' names.
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Protocol
 
 from codes.common.errors import UserError
-from codes.runtime.prompt_file import MAX_FILE_BYTES
 from codes.runtime.request import Voice
-from codes.runtime.voice_design import resolve_instruct
+from codes.runtime.text.voice_design import resolve_instruct
+from codes.runtime.voices.prompt_file import MAX_FILE_BYTES
 
 # OpenAI's voice names -> voice-design instructs (items from codes/runtime/data/instruct.json).
 DESIGN_VOICES = {

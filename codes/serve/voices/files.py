@@ -6,7 +6,7 @@ keeps one folder per voice, `<DIR>/<language>/<voice>/`: `ref.wav` with its tran
 or `instruct.txt` to design. It caches the encoded clip beside it as `ref.rvq` (a torch.save of
 ref_audio_tokens, ref_text and ref_rms), made again when the clip is newer. Here DIR is only ever read:
 - a clone's `ref.rvq` that is not older than its clip is used as it is (read without torch, and without
-  trusting its pickle: codes/runtime/prompt_file.py);
+  trusting its pickle: codes/runtime/voices/prompt_file.py);
 - else its clip is encoded once, in the background as the server starts (one clip at a time on the codec's
   pool, so the first request that names it pays nothing and /health counts those still encoding), and kept
   in `<voices_dir>/imported/` under the clip's content hash (the transcript and the build in the key too),
@@ -31,12 +31,12 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.fileio import write_json_atomic
-from codes.runtime import audio
-from codes.runtime.engine import QueueFull
-from codes.runtime.prompt_file import MAX_FILE_BYTES
+from codes.runtime.audio import processing as audio
+from codes.runtime.contract.specs import FRAME_RATE
+from codes.runtime.model.engine import QueueFull
 from codes.runtime.request import Voice
-from codes.runtime.specs import FRAME_RATE
-from codes.runtime.voice_design import LANGUAGE_IDS, resolve_instruct
+from codes.runtime.text.voice_design import LANGUAGE_IDS, resolve_instruct
+from codes.runtime.voices.prompt_file import MAX_FILE_BYTES
 from codes.serve.edge.errors import RequestError
 from codes.serve.edge.limits import Limits, flag
 from codes.serve.voices.book import ImportedVoice, VoiceBook, voice_id

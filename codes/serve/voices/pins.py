@@ -26,13 +26,13 @@ from typing import Protocol
 
 from codes.common.errors import UserError
 from codes.common.fileio import write_json_atomic
-from codes.runtime.decoding import RandomNoise
-from codes.runtime.duration import paced_frames
-from codes.runtime.engine import WorkItem
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.contract.specs import FRAME_RATE
+from codes.runtime.model.decoding import RandomNoise
+from codes.runtime.model.engine import WorkItem
 from codes.runtime.request import Request, Voice
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.specs import FRAME_RATE
 from codes.runtime.synthesis import OmniVoiceOnnx
+from codes.runtime.text.duration import paced_frames
 
 logger = logging.getLogger("omnivoice.serve")
 

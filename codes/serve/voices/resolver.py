@@ -9,10 +9,10 @@ import asyncio
 from typing import Protocol
 
 from codes.common.errors import UserError
-from codes.runtime.reference import trim_voice
 from codes.runtime.request import Voice
-from codes.runtime.text import contains_chinese
-from codes.runtime.voice_design import resolve_instruct
+from codes.runtime.text.cleanup import contains_chinese
+from codes.runtime.text.voice_design import resolve_instruct
+from codes.runtime.voices.reference import trim_voice
 from codes.serve.voices.book import DESIGN_VOICES, VoiceBook
 from codes.serve.voices.pins import DesignPins, PinEngine
 

@@ -1,7 +1,7 @@
 """Voices from uploaded clips, for every door that takes one: saved ones (HTTP's POST /v1/audio/voices,
 MCP's save_voice), the name and the count checked before any decoding, the save counted again under the
 folder's lock; and a speech request's one-off clone (`ref_audio`), encoded the same way and never saved.
-A clip's length comes from its header (codes/runtime/audio.py read_clip), refused before it is decoded.
+A clip's length comes from its header (codes/runtime/audio/processing.py read_clip), refused before it is decoded.
 A clip without its transcript is transcribed by the build's recogniser (OmniVoiceOnnx.create_voice) in the same
 executor call that encodes it, so the same slot, limits and deadline hold; a build without one refuses it first.
 Admission (a slot, like a speech request's) is the caller's: codes/serve/core/lifecycle.py save_voice."""
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.runtime import audio
+from codes.runtime.audio import processing as audio
 from codes.runtime.request import NO_RECOGNISER, Voice, needs_transcript
 from codes.serve.edge.errors import RequestError
 from codes.serve.edge.limits import Limits, flag

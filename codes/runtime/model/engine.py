@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.runtime.decoding import NoiseSource, RandomNoise, reveal_schedule, reveal_top_k
-from codes.runtime.prompt import build_cfg_batch, build_prompt
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.specs import AUDIO_MASK_ID, FRAME_RATE
+from codes.runtime.contract.settings import GenerationSettings, max_item_frames
+from codes.runtime.contract.specs import AUDIO_MASK_ID
+from codes.runtime.model.decoding import NoiseSource, RandomNoise, reveal_schedule, reveal_top_k
+from codes.runtime.voices.prompt import build_cfg_batch, build_prompt
 
 _SEQUENCE = itertools.count()
 logger = logging.getLogger(__name__)
@@ -87,14 +87,9 @@ class WorkItem:
         return (not self.pressing(now), self.queued_at if self.start_by is None else self.start_by, self.order)
 
 
-def max_item_frames(settings: GenerationSettings) -> int:
-    """The longest target one work item may have: one chunk (upstream chunks anything longer)."""
-    return int(settings.audio_chunk_threshold * FRAME_RATE)
-
-
 def step_tokens(items) -> int:
     """Positions a step's backbone runs for these items: conditional rows padded to the longest
-    prompt, unconditional rows to the longest target (codes/runtime/forward.py)."""
+    prompt, unconditional rows to the longest target (codes/runtime/model/forward.py)."""
     return len(items) * (max(item.prompt.shape[1] for item in items) + max(item.target_len for item in items))
 
 

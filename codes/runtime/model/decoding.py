@@ -29,9 +29,9 @@ from typing import Protocol
 
 import numpy as np
 
-from codes.runtime.prompt import CfgBatch
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.specs import AUDIO_MASK_ID
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.contract.specs import AUDIO_MASK_ID
+from codes.runtime.voices.prompt import CfgBatch
 
 TargetLogits = list[tuple[np.ndarray, np.ndarray]]
 TargetLogitsFn = Callable[[np.ndarray, CfgBatch, list[int]], TargetLogits]

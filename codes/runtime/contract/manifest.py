@@ -13,8 +13,7 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.fileio import read_json_object, sha256_file
-from codes.runtime.asr import MANIFEST_NAME as ASR_MANIFEST_NAME
-from codes.runtime.specs import CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
+from codes.runtime.contract.specs import ASR_MANIFEST_NAME, CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
 
 MANIFEST_NAME = "omnivoice_manifest.json"
 FORMAT = "omnivoice-onnx"

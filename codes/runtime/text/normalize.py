@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from codes.common.errors import UserError
-from codes.runtime.voice_design import LANGUAGE_IDS, LANGUAGE_NAME_TO_ID
+from codes.runtime.text.voice_design import LANGUAGE_IDS, LANGUAGE_NAME_TO_ID
 
 logger = logging.getLogger(__name__)
 

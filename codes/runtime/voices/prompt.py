@@ -9,7 +9,7 @@ One item's conditional sequence, every column repeated over the 8 codebooks:
 `audio_mask` is True from the reference codes (or the target) on. The text
 tokenizer is any object with `encode(text) -> list[int]` that recognises the
 special tokens written in the text and adds none of its own (no BOS/EOS), as
-upstream's Qwen tokenizer does; the runtime's is codes.runtime.text_tokenizer.TextTokenizer.
+upstream's Qwen tokenizer does; the runtime's is codes.runtime.text.tokenizer.TextTokenizer.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.runtime.specs import AUDIO_MASK_ID, CODEBOOK_SIZE, NUM_CODEBOOKS
-from codes.runtime.text import combine_text, split_nonverbal
+from codes.runtime.contract.specs import AUDIO_MASK_ID, CODEBOOK_SIZE, NUM_CODEBOOKS
+from codes.runtime.text.cleanup import combine_text, split_nonverbal
 
 DENOISE = "<|denoise|>"
 LANG_START, LANG_END = "<|lang_start|>", "<|lang_end|>"
@@ -79,7 +79,7 @@ def build_prompt(
 ) -> PromptItem:
     """One item's conditional input_ids [8, N] and audio_mask [N] (upstream `_prepare_inference_inputs`).
 
-    `lang` and `instruct` must already be resolved (codes.runtime.voice_design).
+    `lang` and `instruct` must already be resolved (codes.runtime.text.voice_design).
     """
     if target_len < 1:
         raise UserError(f"target length must be at least 1 frame, got {target_len}")

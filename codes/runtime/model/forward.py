@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from codes.runtime import specs
-from codes.runtime.prompt import CfgBatch
-from codes.runtime.sessions import BackboneRunner, run_bound
+from codes.runtime.contract import specs
+from codes.runtime.contract.sessions import BackboneRunner, run_bound
+from codes.runtime.voices.prompt import CfgBatch
 
 
 def timed(timings: dict[str, float], stage: str, fn, *args):

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from codes.runtime.audio import cut_to_hops, to_mono
 from codes.common.errors import UserError
-from codes.runtime.sessions import open_session
-from codes.runtime.specs import ACOUSTIC_ENCODER, HIGGS_DECODER, HIGGS_SPECS, QUANTIZER_ENCODER, SEMANTIC_ENCODER
+from codes.runtime.audio.processing import cut_to_hops, to_mono
+from codes.runtime.contract.sessions import open_session
+from codes.runtime.contract.specs import ACOUSTIC_ENCODER, HIGGS_DECODER, HIGGS_SPECS, QUANTIZER_ENCODER, SEMANTIC_ENCODER
 
 
 def check_files(higgs_dir, section: dict) -> None:

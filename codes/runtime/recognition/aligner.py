@@ -1,7 +1,7 @@
 """Word timings: a known text aligned to the audio it was spoken in, as openai-whisper's find_alignment does.
 
 `Aligner` runs a Whisper build's encoder and its decoder's alignment output (codes/export/asr_build.py) over
-windows of audio, and the maths of codes/runtime/alignment.py over what they give. Any Whisper aligns: an
+windows of audio, and the maths of codes/runtime/recognition/alignment.py over what they give. Any Whisper aligns: an
 `aligner/` built for it (optimize.py --include-aligner: a small one, in fp32, is fast and exact) or the
 recogniser's `asr/` (large-v3-turbo's, upstream's transcriber) where the build has no aligner.
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.runtime import alignment
-from codes.runtime.asr import NO_ALIGNMENT, WhisperModel, log_mel
-from codes.runtime.text_tokenizer import byte_alphabet
+from codes.runtime.recognition import alignment
+from codes.runtime.recognition.asr import NO_ALIGNMENT, WhisperModel, log_mel
+from codes.runtime.text.tokenizer import byte_alphabet
 
 
 @dataclass

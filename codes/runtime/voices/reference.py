@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 
 from codes.common.errors import UserError
-from codes.runtime.chunks import clauses
-from codes.runtime.duration import text_weight
-from codes.runtime.request import Voice
-from codes.runtime.specs import FRAME_RATE
+from codes.runtime.contract.specs import FRAME_RATE
+from codes.runtime.text.chunks import clauses
+from codes.runtime.text.duration import text_weight
+from codes.runtime.voices.voice import Voice
 
 
 def trim_voice(voice: Voice, max_seconds: float) -> Voice:

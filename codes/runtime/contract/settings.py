@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from codes.common.errors import UserError
+from codes.runtime.contract.specs import FRAME_RATE
 
 
 # Upstream's OmniVoiceGenerationConfig spells the steps `num_step`; the recipe's flag is --num_steps.
@@ -75,6 +76,11 @@ class GenerationSettings:
     @classmethod
     def from_dict(cls, values: dict) -> GenerationSettings:
         return cls().replace(**values)
+
+
+def max_item_frames(settings: GenerationSettings) -> int:
+    """The longest target one work item may have: one chunk (upstream chunks anything longer)."""
+    return int(settings.audio_chunk_threshold * FRAME_RATE)
 
 
 # The numbers a user may set for one run or one request, and their types: inference.py's and

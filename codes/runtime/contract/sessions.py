@@ -13,8 +13,8 @@ import onnxruntime as ort
 
 from codes.common.errors import GraphFailed, UserError
 from codes.common.isa import FULL_RANGE, int8_weight_levels
-from codes.runtime.int8_weights import reranged_weights
-from codes.runtime.probe import CAUSAL_ADVICE, probe_bidirectional
+from codes.runtime.contract.int8_weights import reranged_weights
+from codes.runtime.contract.probe import CAUSAL_ADVICE, probe_bidirectional
 
 PROVIDERS = {"cpu": ["CPUExecutionProvider"], "cuda": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
 ORT_TO_NUMPY = {
@@ -83,8 +83,8 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
         options.profile_file_prefix = str(Path(profile_dir) / Path(path).stem)
     providers = providers or ["CPUExecutionProvider"]
     try:
-        # int8 weights this CPU's kernels would saturate on, re-ranged (codes/runtime/int8_weights.py); the
-        # arrays must outlive the session, which holds them without a copy.
+        # int8 weights this CPU's kernels would saturate on, re-ranged (codes/runtime/contract/int8_weights.py);
+        # the arrays must outlive the session, which holds them without a copy.
         overrides = fit_int8_weights(options, path) if providers[0] == "CPUExecutionProvider" else []
         session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
     except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs
@@ -95,7 +95,7 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
 
 def fit_int8_weights(options: ort.SessionOptions, path: Path, levels: int | None = None) -> list:
     """Hand `options` the int8 weights of the graph at `path` re-ranged to +-levels (None: what this CPU's
-    kernels sum exactly; codes/runtime/int8_weights.py); returns what the session must keep alive."""
+    kernels sum exactly; codes/runtime/contract/int8_weights.py); returns what the session must keep alive."""
     levels = int8_weight_levels() if levels is None else levels
     if levels >= FULL_RANGE:
         return []

@@ -19,8 +19,8 @@ import os
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.runtime.settings import GenerationSettings
-from codes.runtime.specs import HOP_LENGTH, SAMPLE_RATE
+from codes.runtime.contract.settings import GenerationSettings
+from codes.runtime.contract.specs import HOP_LENGTH, SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import re
 
 from codes.common.errors import UserError
 from codes.runtime.data import load_table
-from codes.runtime.text import contains_chinese
+from codes.runtime.text.cleanup import contains_chinese
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 `WhisperModel` is a Whisper build's graphs, features and tokenizer, shared by the two jobs a Whisper does
 here: `Recogniser` transcribes (this module) and `Aligner` times the words of a known text
-(codes/runtime/aligner.py).
+(codes/runtime/recognition/aligner.py).
 
 Upstream (`OmniVoice.transcribe`) hands the prepared 24 kHz clip to
 `pipeline("automatic-speech-recognition", model=<Whisper>)` and strips the text. The pipeline
@@ -24,9 +24,8 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.common.fileio import read_json_object, sha256_file
-from codes.runtime.audio import resample, to_mono
-
-MANIFEST_NAME = "asr_manifest.json"
+from codes.runtime.audio.processing import resample, to_mono
+from codes.runtime.contract.specs import ASR_MANIFEST_NAME as MANIFEST_NAME
 FORMAT = "omnivoice-onnx-asr"
 NEG_LARGE = np.float32(-1.0e9)  # transformers' beam-search "never pick this" offset
 TIMESTAMP_TEXT = re.compile(r"<\|(\d+\.\d+)\|>")  # WhisperTokenizer.decode drops these from the text
@@ -299,7 +298,7 @@ def clean_up_spaces(text: str) -> str:
 # ---------------------------------------------------------------- the recogniser
 
 def _session(path: Path, provider: str, threads: int | None):
-    from codes.runtime.sessions import open_session
+    from codes.runtime.contract.sessions import open_session
 
     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if provider == "cuda" else ["CPUExecutionProvider"]
     return open_session(path, providers, threads)

@@ -13,8 +13,8 @@ import bisect
 import unicodedata
 from functools import lru_cache
 
+from codes.runtime.contract.specs import FRAME_RATE
 from codes.runtime.data import load_table
-from codes.runtime.specs import FRAME_RATE
 
 _TABLE = load_table("duration_weights")
 SCRIPT_WEIGHTS: dict[str, float] = _TABLE["weights"]

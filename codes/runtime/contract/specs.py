@@ -103,9 +103,10 @@ BACKBONE_SPECS = (EMBEDDINGS, BACKBONE, HEADS)
 
 # The Higgs Audio V2 codec, split where the ONNX graphs stay length-agnostic.
 HIGGS_DIR = "audio_tokenizer"
-# The recogniser (Whisper's encoder and decoder, codes/runtime/asr.py), beside it in a build.
+# The recogniser (Whisper's encoder and decoder, codes/runtime/recognition/asr.py), beside it in a build.
 ASR_DIR = "asr"
-# The aligner (a Whisper that times words, often a small one: codes/runtime/aligner.py), beside it in a build.
+ASR_MANIFEST_NAME = "asr_manifest.json"  # a recogniser's (or aligner's) folder's own manifest
+# The aligner (a Whisper that times words, often a small one: codes/runtime/recognition/aligner.py), beside it in a build.
 ALIGNER_DIR = "aligner"
 
 ACOUSTIC_ENCODER = SubModelSpec(

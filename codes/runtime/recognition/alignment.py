@@ -7,7 +7,7 @@ sot_sequence rows and the last row dropped, then DTW over the negated matrix; a 
 marks a token's start, at 50 attention frames a second. Words come from the tokens as openai-whisper's
 tokenizer splits them (`split_to_word_tokens`) and punctuation joins its word as `merge_punctuations`
 does. Each function keeps openai-whisper's granularity and tie rules, so each is tested against its twin
-(tests/runtime/test_alignment.py); `codes/runtime/asr.py` runs the graphs and the windows.
+(tests/runtime/test_alignment.py); `codes/runtime/recognition/asr.py` runs the graphs and the windows.
 """
 
 from __future__ import annotations

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import re
 
-from codes.runtime.duration import char_weight, text_weight
-from codes.runtime.text import ABBREVIATIONS, CLOSING_MARKS
+from codes.runtime.text.cleanup import ABBREVIATIONS, CLOSING_MARKS
+from codes.runtime.text.duration import char_weight, text_weight
 
 SENTENCE_ENDS = frozenset(".!?…。！？")
 CLAUSE_MARKS = frozenset(",;:，、；：—–")
 SPACED_DASH = re.compile(r"\s[-–—]\s")  # " - " is a dash; "well-known" is a word
-# Lengths are spoken weight (codes/runtime/duration.py: a Latin letter 1, a CJK character 3), so one
+# Lengths are spoken weight (codes/runtime/text/duration.py: a Latin letter 1, a CJK character 3), so one
 # limit fits every script.
 MIN_WEIGHT = 4  # no first chunk lighter than this: "Sure," (4.5) may stand alone, "Oh," (2.5) joins the next
 MAX_WEIGHT = 200  # later chunks: whole sentences up to this weight (about 12 s of English)

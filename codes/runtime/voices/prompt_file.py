@@ -28,7 +28,7 @@ import zipfile
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.runtime.specs import AUDIO_VOCAB_SIZE, FRAME_RATE, NUM_CODEBOOKS
+from codes.runtime.contract.specs import AUDIO_VOCAB_SIZE, FRAME_RATE, NUM_CODEBOOKS
 
 FORMAT_VERSION = 1  # upstream's _VOICE_CLONE_PROMPT_FORMAT_VERSION
 CODEBOOK_SIZE = AUDIO_VOCAB_SIZE - 1  # codes 0..1023; 1024 is the mask id, never in a prompt
