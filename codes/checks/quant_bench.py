@@ -36,13 +36,17 @@ PER_TENSOR = Int8Scheme(weights="tensor", activations="tensor", outlier_ratio=No
 SCHEMES = {scheme.key: scheme for scheme in (
     Scheme("fp32", "fp32", None, "fp32"),
     Scheme("per-tensor", "int8 per tensor (cpu_int8 until now)", PER_TENSOR),
-    Scheme("per-column", "+ a weight scale per column, 7-bit",
+    Scheme("per-column", "+ a weight scale per column",
            dataclasses.replace(INT8, activations="tensor", outlier_ratio=None)),
     Scheme("smoothquant", "+ SmoothQuant (alpha 0.5)",
            dataclasses.replace(INT8, activations="tensor", outlier_ratio=None, smooth_alpha=0.5)),
     Scheme("per-token", "per-column weights, per-token activations", dataclasses.replace(INT8, outlier_ratio=None)),
     Scheme("outliers", "+ outlier channels in fp32", INT8),
-    Scheme("cpu_int8", "+ fp32 heads (cpu_int8 now)", INT8, "fp32"),
+    Scheme("cpu_int8", "+ fp32 heads, full 8-bit weights (cpu_int8 now)", INT8, "fp32"),
+    Scheme("cpu_int8-7bit", "+ fp32 heads, 7-bit weights (cpu_int8 at 92ef807; AVX2 hosts re-range to it)",
+           dataclasses.replace(INT8, weight_levels=63), "fp32"),
+    Scheme("cpu_int8-tensor", "+ fp32 heads, per-tensor activations once the outliers are split (DynamicQuantizeMatMul)",
+           dataclasses.replace(INT8, activations="tensor"), "fp32"),
     Scheme("cpu_int8-smoothquant", "+ fp32 heads, SmoothQuant (alpha 0.5)", dataclasses.replace(INT8, smooth_alpha=0.5),
            "fp32"),
     Scheme("w8a32", "weight-only int8, per column (W8A32)", Int8Scheme(activations="none", outlier_ratio=None)),
@@ -124,8 +128,8 @@ def page(data: dict, machine: dict) -> list[str]:
              f"`{data.get('command', 'python bench/quant_bench.py')}`.", "",
              "Trained OmniVoice weights cannot be downloaded here: every row is on the project's own random "
              f"checkpoints ({', '.join(dict.fromkeys(row['checkpoint'] for row in data['rows']))}; the `-outlier` "
-             "ones with the outlier channels and massive activations trained transformers have, "
-             "codes/export/generated.py). Fidelity is the build's own report against upstream "
+             "ones with the outlier channels and massive activations trained transformers have, the `-tied` ones "
+             "with the nearly tied head logits a trained model has, codes/export/generated.py). Fidelity is the build's own report against upstream "
              "fp32 (teacher-forced, 6 prompts in 6 languages with design and clone, 8 steps); *vs W8A32* is its "
              "first-step agreement over weight-only int8's. The step and the synthesis (codec included) are the 10 s "
              f"utterance's, fastest of {data['rounds']} rounds of {data['steps']} steps with the schemes taking turns; "

@@ -186,14 +186,91 @@ def mha_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool
     return _model([node], inputs, [_float_in("y", [1, seq, q])], []), feeds
 
 
+def int8_attention_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool,
+                         int8_values: bool = False):
+    """Attention written out in ONNX ops with its products on the integer GEMMs: Q int8 a row (token and head),
+    K smoothed by its mean over tokens (softmax does not change) and int8 a token, Q.K^T by MatMulInteger
+    batched over the key heads (each holding its query heads' rows: no repeated keys), rescaled, the bias
+    added, softmax; then P.V in fp32, or (int8_values) P in u8 a row and V smoothed and int8 a channel.
+    No rotary step (GroupQueryAttention applies it inside). The form ONNX Runtime's CPU kernels offer for
+    attention at the int8 rate, timed beside the fused fp32 kernels."""
+    group, q_width, kv_width = num_heads // kv_heads, num_heads * head_dim, kv_heads * head_dim
+    inits: list[TensorProto] = []
+
+    def const(name: str, value) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def node(op: str, inputs: list[str], output: str, **attrs):
+        nodes.append(helper.make_node(op, inputs, [output], **attrs))
+        return output
+
+    def row_quantize(x: str, axis: int, name: str, signed: bool = True) -> tuple[str, str]:
+        """x's int8 (or u8 with zero point 128) values and its scale, one per slice along `axis`."""
+        axes = const(f"{name}_axes", np.array([axis], np.int64))
+        peak = node("Max", [node("ReduceMax", [x, axes], f"{name}_max", keepdims=1),
+                            node("Neg", [node("ReduceMin", [x, axes], f"{name}_min", keepdims=1)], f"{name}_neg"),
+                            const(f"{name}_floor", np.array(1e-12, np.float32))], f"{name}_peak")
+        scale = node("Mul", [peak, const(f"{name}_inv127", np.array(1 / 127, np.float32))], f"{name}_scale")
+        zero = const(f"{name}_zero", np.array(0, np.int8) if signed else np.array(128, np.uint8))
+        return node("QuantizeLinear", [node("Div", [x, scale], f"{name}_scaled"), const(f"{name}_one", np.array(
+            1.0, np.float32)), zero], f"{name}_q"), scale
+
+    nodes: list = []
+    shape = lambda name, dims: const(name, np.array(dims, np.int64))  # noqa: E731
+    # q [1, S, H*D] -> [1, KV, group*S, D]; k [1, S, KV*D] -> [1, KV, D, S]; v -> [1, KV, S, D]
+    q = node("Reshape", [node("Transpose", [node("Reshape", ["q", shape("q5", [1, seq, kv_heads, group, head_dim])],
+                                                 "q_split")], "q_heads", perm=[0, 2, 3, 1, 4]),
+                         shape("q4", [1, kv_heads, group * seq, head_dim])], "q_rows")
+    k = node("Transpose", [node("Reshape", ["k", shape("k4", [1, seq, kv_heads, head_dim])], "k_split")], "k_t",
+             perm=[0, 2, 3, 1])
+    v = node("Transpose", [node("Reshape", ["v", shape("v4", [1, seq, kv_heads, head_dim])], "v_split")], "v_heads",
+             perm=[0, 2, 1, 3])
+    q_int, q_scale = row_quantize(q, -1, "q", signed=False)
+    tokens = const("token_axis", np.array([-1], np.int64))
+    k_smooth = node("Sub", [k, node("ReduceMean", [k, tokens], "k_mean", keepdims=1)], "k_smooth")
+    k_int, k_scale = row_quantize(k_smooth, 2, "k")
+    scores = node("Cast", [node("MatMulInteger", [q_int, k_int, const("q_zero", np.array(128, np.uint8))],
+                                "scores_int")], "scores_float", to=TensorProto.FLOAT)
+    row_scale = node("Mul", [q_scale, const("softmax_scale", np.array(1 / np.sqrt(head_dim), np.float32))], "row")
+    scores = node("Mul", [node("Mul", [scores, row_scale], "scores_rows"), k_scale], "scores")
+    inputs = [_float_in("q", [1, seq, q_width]), _float_in("k", [1, seq, kv_width]), _float_in("v", [1, seq, kv_width])]
+    feeds = {n: np.random.default_rng(6).standard_normal((1, seq, q_width if n == "q" else kv_width), dtype=np.float32)
+             for n in ("q", "k", "v")}
+    if bias:
+        grouped = node("Reshape", [scores, shape("s5", [1, kv_heads, group, seq, seq])], "scores_grouped")
+        scores = node("Reshape", [node("Add", [grouped, "bias"], "scores_biased"),
+                                  shape("s4", [1, kv_heads, group * seq, seq])], "scores_masked")
+        inputs.append(_float_in("bias", [1, 1, 1, seq, seq]))
+        feeds["bias"] = np.zeros((1, 1, 1, seq, seq), np.float32)
+    probs = node("Softmax", [scores], "probs", axis=-1)
+    if int8_values:
+        p_peak = node("ReduceMax", [probs, tokens], "p_max", keepdims=1)
+        p_scale = node("Mul", [p_peak, const("inv255", np.array(1 / 255, np.float32))], "p_scale")
+        p_int = node("QuantizeLinear", [node("Div", [probs, p_scale], "p_scaled"), const("p_one", np.array(
+            1.0, np.float32)), const("p_zero", np.array(0, np.uint8))], "p_q")
+        v_mean = node("ReduceMean", [v, const("v_axis", np.array([2], np.int64))], "v_mean", keepdims=1)
+        v_int, v_scale = row_quantize(node("Sub", [v, v_mean], "v_smooth"), 2, "v")
+        out = node("Cast", [node("MatMulInteger", [p_int, v_int], "out_int")], "out_float", to=TensorProto.FLOAT)
+        out = node("Add", [node("Mul", [node("Mul", [out, p_scale], "out_rows"), v_scale], "out_scaled"), v_mean], "out")
+    else:
+        out = node("MatMul", [probs, v], "out")
+    out = node("Reshape", [node("Transpose", [node("Reshape", [out, shape("o5", [1, kv_heads, group, seq, head_dim])],
+                                                   "out_split")], "out_tokens", perm=[0, 3, 1, 2, 4]),
+                           shape("o3", [1, seq, q_width])], "y")
+    return _model(nodes, inputs, [_float_in("y", [1, seq, q_width])], inits), feeds
+
+
 def attention_kernels(num_heads: int, kv_heads: int, head_dim: int):
-    def make(fn, bias):
-        return lambda seq: fn(seq, num_heads, kv_heads, head_dim, bias)
+    def make(fn, bias, **kw):
+        return lambda seq: fn(seq, num_heads, kv_heads, head_dim, bias, **kw)
     return (
         ("GroupQueryAttention + bias (ours)", make(gqa_graph, True)),
         ("GroupQueryAttention, no bias", make(gqa_graph, False)),
         ("MultiHeadAttention + bias, no rotary", make(mha_graph, True)),
         ("MultiHeadAttention, no bias, no rotary", make(mha_graph, False)),
+        ("int8 Q·Kᵀ, fp32 P·V, ops + bias, no rotary", make(int8_attention_graph, True)),
+        ("int8 Q·Kᵀ and P·V, ops + bias, no rotary", make(int8_attention_graph, True, int8_values=True)),
     )
 
 

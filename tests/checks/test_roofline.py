@@ -93,13 +93,23 @@ def test_kernel_graphs_compute_what_they_claim():
     assert np.abs(got - want).max() < 0.02 * np.abs(want).max()  # the activations' 8-bit rounding alone
 
     model, feeds = roofline.gqa_graph(6, num_heads=4, kv_heads=2, head_dim=8, bias=False, rotary=False)
-    got = roofline.session_for(model, 1).run(None, feeds)[0].reshape(6, 4, 8)
-    q, k, v = (feeds[n][0].reshape(6, -1, 8) for n in ("q", "k", "v"))
-    k, v = np.repeat(k, 2, axis=1), np.repeat(v, 2, axis=1)
-    scores = np.einsum("shd,thd->hst", q, k) / np.sqrt(8)
+    assert np.abs(roofline.session_for(model, 1).run(None, feeds)[0] - attention(feeds, 8)).max() < 1e-4
+    # attention in ops on the integer GEMMs: the same function, within int8's rounding
+    for int8_values in (False, True):
+        model, feeds = roofline.int8_attention_graph(12, num_heads=4, kv_heads=2, head_dim=16, bias=True,
+                                                     int8_values=int8_values)
+        got, want = roofline.session_for(model, 1).run(None, feeds)[0], attention(feeds, 16)
+        assert np.linalg.norm(got - want) < 0.02 * np.linalg.norm(want), int8_values
+
+
+def attention(feeds: dict, head_dim: int) -> np.ndarray:
+    """softmax(QK^T / sqrt(d))V with each key head repeated for its query heads, [1, S, heads * d]."""
+    q, k, v = (feeds[n][0].reshape(feeds[n].shape[1], -1, head_dim) for n in ("q", "k", "v"))
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scores = np.einsum("shd,thd->hst", q, k) / np.sqrt(head_dim)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
-    want = np.einsum("hst,thd->shd", probs / probs.sum(-1, keepdims=True), v)
-    assert np.abs(got - want).max() < 1e-4
+    return np.einsum("hst,thd->shd", probs / probs.sum(-1, keepdims=True), v).reshape(1, q.shape[0], -1)
 
 
 def onnx_array(model, name):
