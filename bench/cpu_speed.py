@@ -40,6 +40,7 @@ def main(argv=None) -> int:
 
             checkpoint = resolve_checkpoint(args.checkpoint).path
         data = measure(args.builds, checkpoint, args.threads, args.seconds, args.num_steps, args.rounds, args.work)
+        data["checkpoint"] = args.checkpoint  # as named: a generated name, or the folder given
         command = "python bench/cpu_speed.py " + shlex.join(argv if argv is not None else sys.argv[1:])
         info = machine()
         write_page(args.out, page(data, machine_line(info), command), {**data, "machine": info})
