@@ -165,7 +165,11 @@ def build_fidelity(folder: Path, checkpoint: Path, log=print) -> dict:
     """optimize.py's report for a quantized build staged in `folder`: against upstream fp32 on `checkpoint`."""
     from codes.runtime.synthesis import OmniVoiceOnnx
 
+    from codes.common.isa import int8_weight_levels, isa_names
+
     engine = OmniVoiceOnnx(folder, step="numpy")
     fidelity = measure(engine.tokenizer, engine.target_logits, upstream_logits(checkpoint), "upstream fp32")
     log(fidelity.one_line())
-    return {**fidelity.summary(), "steps": fidelity.steps}
+    # the host it ran on: an x86 CPU without VNNI or AMX runs full-range int8 weights re-ranged to 7 bits
+    host = {"isa": isa_names(), "int8_weight_levels": int8_weight_levels()}
+    return {**fidelity.summary(), "host": host, "steps": fidelity.steps}

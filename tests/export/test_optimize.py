@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 
 from codes.common.errors import UserError
+from codes.common.isa import int8_weight_levels, isa_names
 from codes.export.manifest_write import hash_files
 from codes.runtime.contract.manifest import MANIFEST_NAME, read_manifest
 from helpers.scripts import last_error_line, run_main, run_script
@@ -83,6 +84,9 @@ def test_int8_profile_runs_integer_kernels_and_stays_bidirectional(builds):
     fidelity = data["fidelity"]
     assert fidelity["measured"] and fidelity["reference"] == "upstream fp32" and 0 < fidelity["first_step_agreement"] <= 1
     assert len(fidelity["steps"]) == fidelity["num_steps"] == 8
+    # the host it was measured on, and the weight range its kernels ran (full range, or re-ranged to 7 bits)
+    assert fidelity["host"]["int8_weight_levels"] == int8_weight_levels() and fidelity["host"]["isa"] == isa_names()
+    assert data["quantization"]["int8"]["llm"]["weight_levels"] == 127
 
     def ops(name):
         return [n.op_type for n in onnx.load(str(folder / name)).graph.node]
