@@ -147,8 +147,7 @@ def main(argv=None) -> int:
     from codes.runtime import jobs as job_io
     from codes.runtime.audio.outputs import check_output_path, save_codes, write_audio
     from codes.runtime.contract.manifest import find_builds
-    from codes.runtime.model.decoding import item_noises
-    from codes.runtime.request import Voice
+    from codes.runtime.request import Voice, item_noises
     from codes.runtime.script import DEFAULT_SPEAKER, caption_words, check_outputs, utterance_caption, write_captions
     from codes.runtime.synthesis import OmniVoiceOnnx
 

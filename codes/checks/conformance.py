@@ -393,7 +393,8 @@ def _noise_cases() -> list[dict]:
 def _noise_run(inputs: dict) -> dict:
     from codes.runtime.contract.settings import GenerationSettings
     from codes.runtime.contract.specs import AUDIO_VOCAB_SIZE
-    from codes.runtime.model.decoding import RandomNoise, item_noises, iterative_decode
+    from codes.runtime.model.decoding import RandomNoise, iterative_decode
+    from codes.runtime.request import item_noises
     from codes.runtime.voices.prompt import CfgBatch
 
     if "target_lens" in inputs:
@@ -562,7 +563,7 @@ STAGES = (
            "omnivoice.models.omnivoice._filter_top_k"), 1e-4, _cell_cases, _cell_run),
     Stage("noise", "Seeded noise: PCG64's state and raw outputs (hex), numpy's float32 uniforms in draw order, "
           "seed + i per item, and which draws a decode makes in which order.",
-          ("model.decoding.RandomNoise", "model.decoding.item_noises", "model.decoding.iterative_decode"),
+          ("model.decoding.RandomNoise", "request.item_noises", "model.decoding.iterative_decode"),
           ("torch.rand_like in OmniVoice._generate_iterative (replaced by numpy's generator)",), 1e-6,
           _noise_cases, _noise_run),
     Stage("resample", "The two resamplers on short clips: torchaudio's sinc (reference clips, audio.resample) and "

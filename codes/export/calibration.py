@@ -53,7 +53,8 @@ def decode_prompt_set(tokenizer, prompts, clone_text: str, target_logits_fn, num
     """Decode `prompts` greedily through `target_logits_fn`, then `clone_text` in the voice of the first
     prompt's codes: the fixed workload that calibration and fidelity observe through their logits fn."""
     from codes.runtime.model.decoding import RandomNoise, iterative_decode
-    from codes.runtime.request import Voice, prompt_batch, settle
+    from codes.runtime.request import Voice, settle
+    from codes.runtime.voices.prompt import prompt_batch
 
     settings = greedy_settings(num_steps)
     texts, languages, instructs = zip(*prompts)

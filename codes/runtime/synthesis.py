@@ -11,6 +11,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,16 +24,16 @@ from codes.runtime.contract.probe import CAUSAL_ADVICE
 from codes.runtime.contract.sessions import make_session, open_backbone, providers_for, resolve_provider, run_bound
 from codes.runtime.contract.settings import GenerationSettings
 from codes.runtime.contract.specs import AUDIO_VOCAB_SIZE, NUM_CODEBOOKS, SAMPLE_RATE
-from codes.runtime.model.decoding import NoiseSource, ScoreFn, item_noises, iterative_decode, numpy_scores, per_item
+from codes.runtime.model.decoding import NoiseSource, ScoreFn, iterative_decode, numpy_scores, per_item
 from codes.runtime.model.forward import StepForward, timed
 from codes.runtime.recognition.asr import NO_ALIGNMENT, read_asr_manifest
-from codes.runtime.request import (NO_RECOGNISER, Request, Voice, chunk_request, first_chunk_voice, is_long,
-                                   long_form_chunks, needs_transcript, one_per_text, prompt_batch, settle)
+from codes.runtime.request import (NO_RECOGNISER, DecodingPlan, Request, Voice, first_chunk_voice,
+                                   needs_transcript, one_per_text, plan_decoding, settle)
 from codes.runtime.text.cleanup import add_punctuation
 from codes.runtime.text.normalize import without_tags
 from codes.runtime.text.tokenizer import TextTokenizer
 from codes.runtime.text.voice_design import resolve_language
-from codes.runtime.voices.prompt import CfgBatch
+from codes.runtime.voices.prompt import CfgBatch, prompt_batch
 
 logger = logging.getLogger(__name__)
 
@@ -353,57 +354,32 @@ class OmniVoiceOnnx:
 
         noise: one source per request (each request's codes then depend on nothing else in the batch),
         or one source shared in upstream's draw order; None: a fresh source per request."""
-        if noise is None:
-            noises = item_noises(None, len(requests))
-        else:
-            noises = list(noise) if isinstance(noise, Sequence) else [noise] * len(requests)
-        results: list[list[np.ndarray] | None] = [None] * len(requests)
-        short = [i for i, r in enumerate(requests) if not is_long(r, settings)]
-        long = [i for i, r in enumerate(requests) if is_long(r, settings)]
-        if short:
-            codes = self.generate_whole([requests[i] for i in short], settings, [noises[i] for i in short], on_step)
-            for i, item_codes in zip(short, codes):
-                results[i] = [item_codes]
-        if long:
-            chunked = self._decode_chunked([requests[i] for i in long], settings, [noises[i] for i in long], on_step)
-            for i, chunks in zip(long, chunked):
-                results[i] = chunks
-        return results
+        return self.decode_plan(plan_decoding(requests, settings, noise), settings, on_step)
 
-    def prompt_batch(self, requests: list[Request], settings: GenerationSettings) -> tuple[CfgBatch, list[int]]:
-        start = time.perf_counter()
-        batch = prompt_batch(self.tokenizer, requests, settings.denoise)
-        self.timings["prompt"] += time.perf_counter() - start
-        return batch, [r.target_len for r in requests]
+    def decode_plan(self, plan: DecodingPlan, settings: GenerationSettings,
+                    on_step: Callable[[int, int], None] | None = None) -> list[list[np.ndarray]]:
+        """Codes for each request of a plan (codes.runtime.request.plan_decoding), round by round: a list of [8, T]
+        chunks. A long request without a voice clones its first chunk's codes and text from its second on."""
+        results: list[list[np.ndarray]] = [[] for _ in plan.requests]
+        first_chunk: dict[int, Voice] = {}
+        for batch in plan.rounds:
+            requests = [replace(r, voice=first_chunk[i]) if i in first_chunk else r for i, r in batch]
+            noises = [plan.noises[i] for i, _ in batch]
+            for (i, request), codes in zip(batch, self.generate_whole(requests, settings, noises, on_step)):
+                results[i].append(codes)
+                if i in plan.clones_first_chunk and i not in first_chunk:
+                    first_chunk[i] = first_chunk_voice(codes, request.text)
+        return results
 
     def generate_whole(self, requests: list[Request], settings: GenerationSettings, noise,
                        on_step: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
         """Codes [8, target_len] for each request decoded as one piece, whatever its length
         (generate_codes chunks a long one first); noise as generate_codes takes it."""
-        batch, target_lens = self.prompt_batch(requests, settings)
-        return iterative_decode(batch, target_lens, None, settings, noise, on_step, score_fn=self.score_fn(settings))
-
-    def _decode_chunked(self, requests: list[Request], settings, noises, on_step) -> list[list[np.ndarray]]:
-        """Upstream's `_generate_chunked`: chunks at punctuation, batched across items per chunk index.
-
-        Without a voice, every later chunk uses the item's first chunk (text and codes) as its
-        reference, so the speaker stays the same.
-        """
-        chunk_texts = [long_form_chunks(r, settings) for r in requests]
-        with_voice = [r.voice is not None for r in requests]
-        if any(with_voice) and not all(with_voice):
-            raise UserError("long texts in one batch must all have a reference voice or none")
-        results: list[list[np.ndarray]] = [[] for _ in requests]
-        first_chunk: dict[int, Voice] = {}
-        for chunk_index in range(max(len(c) for c in chunk_texts)):
-            indices = [i for i, chunks in enumerate(chunk_texts) if chunk_index < len(chunks)]
-            sub = [chunk_request(requests[i], chunk_texts[i][chunk_index], requests[i].voice or first_chunk.get(i))
-                   for i in indices]
-            for i, codes in zip(indices, self.generate_whole(sub, settings, [noises[i] for i in indices], on_step)):
-                results[i].append(codes)
-                if chunk_index == 0 and requests[i].voice is None:
-                    first_chunk[i] = first_chunk_voice(codes, chunk_texts[i][0])
-        return results
+        start = time.perf_counter()
+        batch = prompt_batch(self.tokenizer, requests, settings.denoise)
+        self.timings["prompt"] += time.perf_counter() - start
+        return iterative_decode(batch, [r.target_len for r in requests], None, settings, noise, on_step,
+                                score_fn=self.score_fn(settings))
 
     def decode(self, chunks: list[np.ndarray], ref_rms: float | None, settings: GenerationSettings) -> np.ndarray:
         """Codes -> post-processed 24 kHz audio, as upstream's `_decode_and_post_process`."""
@@ -413,10 +389,15 @@ class OmniVoiceOnnx:
 
     def synthesize(self, requests: list[Request], settings: GenerationSettings,
                    noise: NoiseSource | Sequence[NoiseSource] | None = None, on_step=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Audio (float32, 24 kHz) and codes [8, T] for each settled request."""
-        chunked = self.generate_codes(requests, settings, noise, on_step)
+        """Audio (float32, 24 kHz) and codes [8, T] for each settled request (noise as generate_codes takes it)."""
+        return self.synthesize_plan(plan_decoding(requests, settings, noise), settings, on_step)
+
+    def synthesize_plan(self, plan: DecodingPlan, settings: GenerationSettings,
+                        on_step=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Audio (float32, 24 kHz) and codes [8, T] for each request of a plan."""
+        chunked = self.decode_plan(plan, settings, on_step)
         audios = [self.decode(chunks, request.voice.rms if request.voice else None, settings)
-                  for request, chunks in zip(requests, chunked)]
+                  for request, chunks in zip(plan.requests, chunked)]
         return audios, [np.concatenate(chunks, axis=1) for chunks in chunked]
 
     def generate(self, text, language=None, instruct=None, ref_audio=None, ref_text=None,
@@ -436,8 +417,8 @@ class OmniVoiceOnnx:
         if voice is None and ref_audio is not None:
             voice = self.create_voices(ref_audio, ref_text, settings.preprocess_prompt)
         requests = self.settle(text, language, instruct, voice, duration, speed, num_frames, normalize_text)
-        noise = noise if noise is not None else item_noises(seed, len(requests))
-        audios, codes = self.synthesize(requests, settings, noise, on_step)
+        planned = plan_decoding(requests, settings, noise, seed)
+        audios, codes = self.synthesize_plan(planned, settings, on_step)
         single = isinstance(text, str)
         out_audio = audios[0] if single else audios
         if return_codes:

@@ -14,8 +14,7 @@ from helpers.scripts import last_error_line, run_main, run_script
 from helpers.synthesis_inputs import ASR_BUILD, REF_TEXT, reference_clip, write_clip
 
 from codes.runtime.contract.settings import GenerationSettings
-from codes.runtime.model.decoding import item_noises
-from codes.runtime.request import Voice
+from codes.runtime.request import Voice, item_noises
 from codes.runtime.script import (ScriptRun, Timeline, caption_text, parse_script, plan_script, read_script,
                                   render_plan, resolve_speakers, speak_script)
 from codes.runtime.synthesis import OmniVoiceOnnx

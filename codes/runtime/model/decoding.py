@@ -59,12 +59,6 @@ class RandomNoise:
         return self.rng.random(shape, dtype=np.float32)
 
 
-def item_noises(seed: int | None, count: int, first: int = 0) -> list[RandomNoise]:
-    """One generator per item, so an item's noise does not depend on what shares its batch: item i of a
-    seeded run draws from seed + i (a lone item from the seed itself); unseeded items from fresh entropy."""
-    return [RandomNoise(None if seed is None else seed + first + i) for i in range(count)]
-
-
 def time_steps(num_steps: int, t_shift: float) -> np.ndarray:
     """The num_steps + 1 shifted times from 0 to 1 (float32), bit-equal to upstream's `_get_time_steps`.
 

@@ -40,7 +40,7 @@ class PieceSpeaker:
         self.tts = OmniVoiceOnnx(model_dir, higgs_dir=higgs_dir, provider=provider, threads=threads, asr_dir=asr_dir)
 
     def speak(self, index: int, request, settings, seed: int | None):
-        from codes.runtime.model.decoding import item_noises
+        from codes.runtime.request import item_noises
 
         noise = item_noises(seed, 1, first=index)[0]
         chunks = self.tts.generate_codes([request], settings, [noise])[0]

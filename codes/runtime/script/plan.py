@@ -26,8 +26,9 @@ import numpy as np
 from codes.common.errors import UserError
 from codes.runtime.contract.settings import GenerationSettings
 from codes.runtime.contract.specs import SAMPLE_RATE
-from codes.runtime.model.decoding import NoiseSource, item_noises
-from codes.runtime.request import Request, Voice, chunk_request, first_chunk_voice, is_long, long_form_chunks
+from codes.runtime.model.decoding import NoiseSource
+from codes.runtime.request import (Request, Voice, chunk_request, first_chunk_voice, is_long, item_noises,
+                                   long_form_chunks)
 from codes.runtime.script.segments import Break, Script, Segment, check_break
 from codes.runtime.script.speakers import SpeakerVoice
 

@@ -9,7 +9,7 @@ VOICE is one of
     auto                       a voice the model picks
 A designed or auto speaker's voice is made once per script: its first segment is spoken with the instruct
 (or none), and that segment's codes and text become the speaker's reference for the rest (upstream's
-long-form rule, synthesis.first_chunk_voice). The server resolves its own voice names and hands planning
+long-form rule, voices.voice.first_chunk_voice). The server resolves its own voice names and hands planning
 SpeakerVoice objects; parse_voice(..., paths=False) reads a request's VOICE without touching files.
 """
 

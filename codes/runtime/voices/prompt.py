@@ -128,3 +128,16 @@ def build_cfg_batch(items: list[PromptItem] | list[tuple[np.ndarray, np.ndarray]
         padding = np.arange(target_len, seq_len)
         attention_mask[uncond_row, 0, padding, padding] = True
     return CfgBatch(input_ids, audio_mask, attention_mask, cond_lens)
+
+
+def prompt_batch(tokenizer: TextTokenizerLike, requests, denoise: bool) -> CfgBatch:
+    """The CFG batch that decodes settled requests (codes.runtime.request.Request: text, target_len, lang,
+    instruct and voice, its text and codes) as whole pieces."""
+    items = [
+        build_prompt(tokenizer, r.text, r.target_len,
+                     ref_text=r.voice.text if r.voice else None,
+                     ref_codes=r.voice.codes if r.voice else None,
+                     lang=r.lang, instruct=r.instruct, denoise=denoise)
+        for r in requests
+    ]
+    return build_cfg_batch(items, [r.target_len for r in requests])

@@ -74,3 +74,9 @@ class Voice:
             raise UserError(f"cannot read voice file {name}: {exc}") from None
         rms = float(rms)
         return cls(codes, str(text), None if np.isnan(rms) else rms)
+
+
+def first_chunk_voice(codes: np.ndarray, text: str) -> Voice:
+    """Upstream's long-form rule: a first chunk spoken without a voice is the reference of what follows.
+    rms None: its loudness is not a reference level."""
+    return Voice(codes, text, None)
