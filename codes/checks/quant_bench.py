@@ -43,13 +43,15 @@ SCHEMES = {scheme.key: scheme for scheme in (
     Scheme("per-token", "per-column weights, per-token activations", dataclasses.replace(INT8, outlier_ratio=None)),
     Scheme("outliers", "+ outlier channels in fp32", INT8),
     Scheme("cpu_int8", "+ fp32 heads, full 8-bit weights (cpu_int8 now)", INT8, "fp32"),
-    Scheme("cpu_int8-7bit", "+ fp32 heads, 7-bit weights (cpu_int8 at 92ef807; AVX2 hosts re-range to it)",
+    Scheme("cpu_int8-7bit", "+ fp32 heads, 7-bit weights (cpu_int8 at 92ef807)",
            dataclasses.replace(INT8, weight_levels=63), "fp32"),
     Scheme("cpu_int8-tensor", "+ fp32 heads, per-tensor activations once the outliers are split (DynamicQuantizeMatMul)",
            dataclasses.replace(INT8, activations="tensor"), "fp32"),
     Scheme("cpu_int8-smoothquant", "+ fp32 heads, SmoothQuant (alpha 0.5)", dataclasses.replace(INT8, smooth_alpha=0.5),
            "fp32"),
     Scheme("w8a32", "weight-only int8, per column (W8A32)", Int8Scheme(activations="none", outlier_ratio=None)),
+    Scheme("w8a32-fp32-heads", "weight-only int8, fp32 heads (the backbone's weights alone)",
+           Int8Scheme(activations="none", outlier_ratio=None), "fp32"),
 )}
 # The page's ratios: agreement against weight-only int8's, step time against the old cpu_int8's.
 WEIGHT_ONLY, BEFORE, CHOSEN = "w8a32", "per-tensor", "cpu_int8"

@@ -13,10 +13,12 @@ OUTLIER_GAIN times larger) and massive activations (the delimiter tokens every p
 MASSIVE_GAIN times the typical magnitude in two of those channels, through every layer; Sun 2024).
 docs/DESIGN.md §outliers.
 
-Random heads are confident: their top logit stands far above the next, so small errors in the backbone
-rarely change a decision. A trained model's heads are not (its top logits are nearly tied, and weight-only
-int8 alone keeps well under its fp32 argmax), which is what per-token activation error costs. The `-tied`
-kinds (`tiny-tied`, `wide-tied`, `full-tied`) give the audio heads TIED_HEAD_GAIN of the confident gain.
+Random heads give every class its own direction, so a class wins by a margin on the logits' own scale and
+small errors in the backbone rarely change a decision; scaling the heads changes nothing (the margins and the
+errors scale alike). A trained model's heads hold classes that nearly tie (weight-only int8 alone keeps well
+under its fp32 argmax), which is what per-token activation error costs. The `-tied` kinds (`tiny-tied`,
+`wide-tied`, `full-tied`) give each class TIED_GROUP - 1 near-twins: their head rows are one row plus
+TIED_SPREAD of its scale in noise, so within a group the winner is decided by margins that small.
 
 A freshly initialised backbone gives nearly identical hidden states over an
 all-MASK target, so decoded codes hardly depend on the text and parity tests
@@ -66,8 +68,9 @@ MASSIVE_GAIN = 1000.0
 MASSIVE_CHANNELS = 2  # of the outlier hidden channels
 MASSIVE_TOKENS = ("<|lang_start|>", "<|text_start|>")  # in every conditional prompt
 TEXT_VOCAB_SIZE = 151676
-HEAD_GAIN = 3.0  # the audio heads' std times sqrt(hidden): confident decisions
-TIED_HEAD_GAIN = 0.3  # the -tied kinds': top logits within a few hundredths of a nat of each other
+HEAD_GAIN = 3.0  # the audio heads' std times sqrt(hidden)
+TIED_GROUP = 4  # the -tied kinds: classes in groups of near-twins
+TIED_SPREAD = 0.01  # a twin's head row: the group's row plus this much of its scale in noise
 
 
 def _llm_config(size: str):
@@ -90,7 +93,7 @@ def _llm_config(size: str):
 SHAPING = {"tiny": (3.0, 1.5), "full": (1.5, 1.0), "wide": (1.5, 1.0)}
 
 
-def _shape_weights(model, generator, size: str, head_gain: float = HEAD_GAIN) -> None:
+def _shape_weights(model, generator, size: str) -> None:
     """Make a random model input-dependent (see module docstring)."""
     import torch
 
@@ -108,7 +111,19 @@ def _shape_weights(model, generator, size: str, head_gain: float = HEAD_GAIN) ->
             attn.k_norm.weight.fill_(qk_gain)
             normal_(attn.o_proj.weight, residual_gain / attn.o_proj.in_features**0.5)
             normal_(mlp.down_proj.weight, residual_gain / mlp.down_proj.in_features**0.5)
-        normal_(model.audio_heads.weight, head_gain / hidden**0.5)
+        normal_(model.audio_heads.weight, HEAD_GAIN / hidden**0.5)
+
+
+def _tie_heads(model, generator) -> None:
+    """Near-twin classes in the audio heads (see module docstring): each group of TIED_GROUP rows becomes its
+    first row plus TIED_SPREAD of the heads' scale in noise."""
+    import torch
+
+    with torch.no_grad():
+        weight = model.audio_heads.weight
+        first = torch.arange(weight.shape[0]) // TIED_GROUP * TIED_GROUP
+        noise = torch.randn(weight.shape, generator=generator) * (TIED_SPREAD * float(weight.std()))
+        weight.copy_(weight[first] + noise)
 
 
 def outlier_channels(hidden_size: int, intermediate_size: int, num_layers: int, seed: int) -> tuple[list, list]:
@@ -154,7 +169,9 @@ def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0,
     torch.manual_seed(seed)
     config = OmniVoiceConfig(llm_config=_llm_config(size).to_dict())
     model = OmniVoice(config).eval()
-    _shape_weights(model, torch.Generator().manual_seed(seed), size, TIED_HEAD_GAIN if tied else HEAD_GAIN)
+    _shape_weights(model, torch.Generator().manual_seed(seed), size)
+    if tied:
+        _tie_heads(model, torch.Generator().manual_seed(seed + 2))
     write_tokenizer_files(out_dir)
     if outliers:
         tokenizer = TextTokenizer.from_dir(out_dir)
@@ -163,7 +180,7 @@ def write_omnivoice_checkpoint(out_dir: Path, size: str = "tiny", seed: int = 0,
     write_higgs_checkpoint(out_dir / "audio_tokenizer", size=CODEC_SIZE.get(size, size), seed=seed)
     (out_dir / "README.md").write_text(
         f"Random-weight OmniVoice checkpoint ({size}, seed {seed}{', with outlier channels and massive activations' * outliers}"
-        f"{', with nearly tied head logits' * tied}) made by omnivoice-onnx "
+        f"{', with near-twin classes in its heads' * tied}) made by omnivoice-onnx "
         f"generator v{GENERATOR_VERSION}. It is for tests and benchmarks: it speaks noise.\n"
     )
     return out_dir

@@ -235,8 +235,9 @@ def test_smoothquant_leaves_the_fp32_function_unchanged(outlier_model):
 
 
 def test_the_tied_checkpoint_differs_only_in_its_heads_and_their_top_logits_nearly_tie():
-    """tiny-tied is tiny-random with quieter audio heads: the same backbone, and top-two logit gaps a tenth as
-    wide, where an error in the backbone flips a decision (codes/export/generated.py)."""
+    """tiny-tied is tiny-random with near-twin classes in its audio heads: the same backbone, and each decision
+    taken between twins whose logits differ by a small fraction of tiny-random's top-two gap
+    (codes/export/generated.py)."""
     random_model = load_omnivoice(generated_checkpoint("tiny-random").path)
     tied_model = load_omnivoice(generated_checkpoint("tiny-tied").path)
     differs = [name for name, tensor in tied_model.state_dict().items()
@@ -249,8 +250,8 @@ def test_the_tied_checkpoint_differs_only_in_its_heads_and_their_top_logits_near
     def median_gap(model):
         with torch.inference_mode():
             hidden = model.llm(inputs_embeds=embeds, attention_mask=mask).last_hidden_state
-            logits = model.audio_heads(hidden).reshape(20, 8, -1)
+            logits = model.audio_heads(hidden).reshape(20, 8, -1)  # a decision per codebook
         top = torch.topk(logits, 2, dim=-1).values
         return float((top[..., 0] - top[..., 1]).median())
 
-    assert median_gap(tied_model) < 0.15 * median_gap(random_model)
+    assert median_gap(tied_model) < 0.2 * median_gap(random_model)
