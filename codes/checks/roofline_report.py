@@ -171,8 +171,10 @@ def markdown(report: dict) -> list[str]:
         if rows:
             lines.append(f"| {build} | {table['case']} | **step** | **{total:.3f}** | 100% | **{floor:.3f}** | "
                          f"**{total / floor:.2f}** |")
-    unmeasured = [f"{Path(t['build']).name} {t['case']} {c['class']}: {c['unmeasured']} op(s)"
-                  for t in report["steps"].values() for c in t["classes"] if c["unmeasured"]]
+    unmeasured = [f"{Path(t['build']).name} {t['case']} {c['class']}{' (ISA yardstick)' * (key == 'isa')}: "
+                  f"{c['unmeasured']} op(s)"
+                  for t in report["steps"].values() for key in ("classes", "isa") for c in t.get(key, [])
+                  if c["unmeasured"]]
     kernels_missing = sorted({r["kernel"] for r in report["gemm"] + report["attention"] if r["gmacs"] is None})
     lines += ["", "Not measured: " + ("; ".join(
         ([f"kernels this onnxruntime could not run here: {', '.join(kernels_missing)}"] if kernels_missing else [])

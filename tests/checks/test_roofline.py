@@ -126,7 +126,7 @@ def test_roofline_page_on_the_tiny_int8_build(builds, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.with_suffix(".json").read_text())
     page = out.read_text()
-    assert report["machine"]["cpu"] in page and "× from ceiling" in page
+    assert report["machine"]["cpu"] in page and "× from ceiling" in page and "against the ISA" in page
     assert report["bandwidth_gbs"] > 0
     assert {row["kernel"] for row in report["gemm"] if row["gmacs"]} >= {
         "DynamicQuantizeMatMul (u8 x s8)", "MatMulInteger (u8 x s8 -> s32)", "MatMul fp32"}
@@ -137,6 +137,10 @@ def test_roofline_page_on_the_tiny_int8_build(builds, tmp_path):
         # Every GEMM of the step was measured at its own shape, so none is left out of the ceiling.
         assert classes["int8 GEMM"]["unmeasured"] == 0 and classes["int8 GEMM"]["floor_seconds"] > 0
         assert table["tokens"] > 0
+        # ... and held to the ISA: attention's products measured as integer GEMMs at their own shapes
+        isa = {row["class"]: row for row in table["isa"]}
+        assert isa["attention"]["unmeasured"] == 0 and isa["attention"]["isa_seconds"] > 0
+        assert isa["the rest"]["isa_seconds"] > 0
     # ... and every attention length it ran.
     measured = {row["seq"] for row in report["attention"] if row["gmacs"]}
     assert len(measured) > 1 and 16 in measured
