@@ -72,8 +72,3 @@ def exact_int8_products(flags: frozenset[str] | None = None, x86: bool | None = 
 def int8_weight_levels(flags: frozenset[str] | None = None, x86: bool | None = None) -> int:
     """The widest int8 weight range whose products this host sums exactly."""
     return FULL_RANGE if exact_int8_products(flags, x86) else SEVEN_BIT
-
-
-def isa_key() -> str:
-    """A short name of what the kernels may dispatch on: a cache of optimized graphs is kept per key."""
-    return "-".join([platform.machine().lower()] + sorted(flag for flag in ISA_FLAGS if flag in cpu_flags()))

@@ -25,11 +25,12 @@ def rerange(values: np.ndarray, scale: np.ndarray, levels: int, built_levels: in
     return narrowed, (np.asarray(scale, np.float32) / np.float32(ratio)).astype(np.float32)
 
 
-def built_levels(path: Path) -> int | None:
-    """The weight range a graph file records (None: not an int8 graph of ours, or written before it was recorded)."""
+def built_levels(path: Path, model=None) -> int | None:
+    """The weight range a graph file records (None: not an int8 graph of ours, or written before it was recorded);
+    `model`: the graph already read, without its weights."""
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
+    model = model if model is not None else onnx.load(str(path), load_external_data=False)
     value = next((p.value for p in model.metadata_props if p.key == WEIGHT_LEVELS_KEY), None)
     return int(value) if value else None
 
@@ -39,10 +40,10 @@ def reranged_weights(path: Path, levels: int) -> dict[str, np.ndarray]:
     import onnx
     from onnx import numpy_helper
 
-    built = built_levels(path)
+    model = onnx.load(str(path), load_external_data=False)  # the graph alone: its weights are read below, if need be
+    built = built_levels(path, model)
     if built is None or built <= levels:
         return {}
-    model = onnx.load(str(path), load_external_data=False)
     initializers = {init.name: init for init in model.graph.initializer}
     base = str(Path(path).parent)
     overrides: dict[str, np.ndarray] = {}
