@@ -20,7 +20,14 @@ $(STAMP): requirements.txt requirements-runtime.txt $(PLUGINS)
 	$(PY) -m pip install --quiet --no-deps --force-reinstall ./integrations/livekit ./integrations/pipecat
 	touch $(STAMP)
 
-setup: $(STAMP)
+# The JavaScript runtime's packages (web/): onnxruntime-node's install script would download CUDA binaries,
+# so web/.npmrc skips it; its bundled CPU binary is what runs.
+WEB_STAMP := web/node_modules/.installed-stamp
+$(WEB_STAMP): web/package.json web/package-lock.json
+	npm ci --prefix web --no-audit --no-fund
+	touch $(WEB_STAMP)
+
+setup: $(STAMP) $(WEB_STAMP)
 
 # The browser tests' browser (tests/serve/test_playground.py): Debian's chromium, which Playwright drives by its
 # path, since Playwright's own browser download cannot be reached from every machine.
@@ -44,6 +51,8 @@ demo: setup
 		--language en --seed 0 --output demo.wav
 
 test: setup browser checkers
+	npm --prefix web run --silent check
+	npm --prefix web test
 	$(PY) -m pytest -q -n auto --maxprocesses 4 tests
 
 # The suite with its slowest tests and fixtures (a fixture's time shows as its first user's "setup").
@@ -51,4 +60,4 @@ test-durations: setup browser checkers
 	$(PY) -m pytest -q -n auto --maxprocesses 4 tests --durations=40 --durations-min=1
 
 clean:
-	rm -rf models .cache demo.wav
+	rm -rf models .cache demo.wav web/node_modules
