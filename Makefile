@@ -52,7 +52,6 @@ demo: setup
 
 test: setup browser checkers
 	npm --prefix web run --silent check
-	npm --prefix web test
 	$(PY) -m pytest -q -n auto --maxprocesses 4 tests
 
 # The suite with its slowest tests and fixtures (a fixture's time shows as its first user's "setup").

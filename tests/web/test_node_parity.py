@@ -1,0 +1,101 @@
+"""The Node runtime (web/, its CLI as a user runs it) against upstream OmniVoice on the tiny fp32 build.
+
+At temperature 0 decoding is deterministic, so the codes must equal upstream's token for token: languages,
+voice design, a non-verbal tag, digits, and a clone from a 24 kHz WAV. With a seed and the default
+temperatures the noise is numpy's PCG64 on both sides, so Node's codes must equal inference.py's.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+from helpers.scripts import ROOT, run_script
+from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
+from helpers.upstream_twins import recorded_codes
+
+from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
+
+CLI = ROOT / "web" / "bin" / "omnivoice.mjs"
+STEPS = 8
+GREEDY = ("--position_temperature", "0", "--class_temperature", "0")
+# (text, language, instruct): scripts, a language by name, voice design, a tag, digits.
+CASES = {
+    "en": ("Hello there, how are you today?", "en", None),
+    "zh-design-tag": ("你好，世界。今天天气很好 [laughter]。", "Chinese", "female, low pitch"),
+    "accent": ("A third one, somewhat longer than the others.", None, "male, british accent"),
+    "digits": ("Call 555 0123 before 9 pm on the 21st, or 3.5 hours later.", "English", None),
+    "fr": ("Bonjour à tous, il fait très beau aujourd'hui.", "fr", None),
+}
+
+
+@pytest.fixture(scope="module")
+def upstream(tiny_checkpoint):
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield OmniVoice.from_pretrained(str(tiny_checkpoint.path), attn_implementation="sdpa").eval()
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def build(builds):
+    return builds.get(*FP32_BUILD)
+
+
+def node_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["node", str(CLI), *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+def node_codes(build, tmp_path, name: str, *args: str) -> np.ndarray:
+    codes = tmp_path / f"{name}.npy"
+    result = node_cli("--model_dir", build, "--output", tmp_path / f"{name}.wav", "--codes_out", codes, *args)
+    assert result.returncode == 0, result.stderr
+    return np.load(codes)
+
+
+def request_flags(text: str, language: str | None, instruct: str | None) -> list[str]:
+    flags = ["--text", text]
+    if language is not None:
+        flags += ["--language", language]
+    if instruct is not None:
+        flags += ["--instruct", instruct]
+    return flags
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_node_gives_upstreams_codes_at_temperature_zero(case, upstream, build, tmp_path):
+    text, language, instruct = CASES[case]
+    config = OmniVoiceGenerationConfig(num_step=STEPS, position_temperature=0.0, class_temperature=0.0)
+    with torch.inference_mode():
+        task = upstream._preprocess_all(text=[text], language=[language], instruct=[instruct])
+        expected = upstream._generate_iterative(task, config)[0].numpy()
+    ours = node_codes(build, tmp_path, case, *request_flags(text, language, instruct), "--num_steps", STEPS, *GREEDY)
+    assert ours.dtype == np.int64 and ours.shape == expected.shape
+    assert (ours == expected).all(), f"{np.mean(ours == expected):.2%} of codes agree"
+
+
+def test_node_clones_from_a_24k_wav_as_upstream_does(upstream, build, tmp_path):
+    clip = write_clip(tmp_path / "reference.wav", reference_clip(24000, seed=0, peak=0.08), 24000)
+    text = "Nice to hear it cloned."
+    with recorded_codes(upstream) as calls:
+        upstream.generate(text, language="en", ref_audio=str(clip), ref_text=REF_TEXT, num_step=STEPS,
+                          position_temperature=0.0, class_temperature=0.0)
+    ours = node_codes(build, tmp_path, "clone", "--text", text, "--language", "en", "--ref_audio", clip,
+                      "--ref_text", REF_TEXT, "--num_steps", STEPS, *GREEDY)
+    assert (ours == calls[0][0]).all(), f"{np.mean(ours == calls[0][0]):.2%} of codes agree"
+
+
+@pytest.mark.parametrize("seed", ["7", str(2**64 + 5)])
+def test_a_seed_gives_inference_pys_codes(seed, build, tmp_path):
+    """The default temperatures draw noise: the same seed is the same PCG64 stream on both sides (a seed past
+    2**53 too), so the codes and the audio's length agree."""
+    args = ("--text", "The same seed should give the same speech.", "--language", "en", "--num_steps", "16",
+            "--seed", seed)
+    python_codes = tmp_path / "python.npy"
+    result = run_script("inference.py", "--model_dir", build, "--output", tmp_path / "python.wav",
+                        "--codes_out", python_codes, *args)
+    assert result.returncode == 0, result.stderr
+    ours = node_codes(build, tmp_path, "node", *args)
+    assert (ours == np.load(python_codes)).all()
