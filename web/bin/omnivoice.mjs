@@ -35,6 +35,7 @@ const DEFAULT_BUILD = path.join("models", "omnivoice-cpu"); // inference.py's de
  */
 const FLAGS = {
   model_dir: { type: "path", help: "a build folder from optimize.py (default: models/omnivoice-cpu)" },
+  higgs_dir: { type: "path", help: "a codec folder (audio_tokenizer/) or a build holding one (default: the model folder's)" },
   text: { type: "str", help: "the text to speak" },
   language: { type: "str", help: "language id or name (e.g. en, English); unknown ones fall back to none" },
   instruct: { type: "str", help: 'voice design, e.g. "female, low pitch, british accent"' },
@@ -70,7 +71,7 @@ const ALIASES = { num_step: "num_steps" }; // upstream's OmniVoiceGenerationConf
 const PYTHON_ONLY = {
   text_file: "the Node CLI speaks one --text", jsonl: "the Node CLI speaks one --text", script: "scripts and books are inference.py's",
   normalize_text: "text normalization runs on WeTextProcessing, which is Python's: write numbers out as words",
-  higgs_dir: "the build must hold its codec (optimize.py --include-higgs)", asr_dir: "the JavaScript runtime has no recogniser: give --ref_text",
+  asr_dir: "the JavaScript runtime has no recogniser: give --ref_text",
   backbone: "the build's own backbone is used", provider: "this CLI's --backend chooses node or wasm",
   float_wav: "this CLI writes 16-bit PCM WAV", num_audio_tokens: "give --duration (seconds; 25 frames a second)",
   batch_size: "the Node CLI speaks one --text", captions: "captions are inference.py's", caption_words: "captions are inference.py's",
@@ -332,7 +333,7 @@ export async function main(argv) {
     }
   }
   const { OmniVoice } = await import("../src/index.mjs");
-  const tts = await OmniVoice.load(modelDir, { backend, threads: flags.threads });
+  const tts = await OmniVoice.load(modelDir, { backend, threads: flags.threads, codec: flags.higgs_dir });
   if (clip) voice = await tts.createVoice({ refAudio: clip, refText: flags.ref_text, preprocessPrompt: settings.preprocessPrompt });
   if (flags.save_voice && voice) {
     const kind = path.extname(flags.save_voice).toLowerCase() === ".pt" ? "pt" : "npz";

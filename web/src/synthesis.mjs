@@ -7,7 +7,7 @@
  */
 import { UserError } from "./errors.mjs";
 import { readManifest, GRAPHS, Manifest } from "./contract/manifest.mjs";
-import { chooseBackend, onnxRuntime, openSession } from "./contract/backends.mjs";
+import { chooseBackend, int8WeightsMisfit, onnxRuntime, openSession } from "./contract/backends.mjs";
 import { StepForward, Timings, NUM_CODEBOOKS, MASK_ID } from "./model/forward.mjs";
 import { HiggsCodec } from "./audio/codec.mjs";
 import { TextTokenizer } from "./text/tokenizer.mjs";
@@ -45,7 +45,8 @@ export class OmniVoice {
   /**
    * Load a build: a folder path (Node) or a URL (anywhere).
    * @param {string} base
-   * @param {{backend?: Backend, threads?: number} & Listening} [options]
+   * @param {{backend?: Backend, threads?: number, codec?: string} & Listening} [options] codec: a codec folder
+   *   (audio_tokenizer/) or a build holding one, instead of the build's own (inference.py's --higgs_dir)
    * @returns {Promise<OmniVoice>}
    */
   static async load(base, options = {}) {
@@ -70,16 +71,19 @@ export class OmniVoice {
           `${backend}'s 4 GiB of WebAssembly memory holds beside its work; build the web profile (optimize.py --device web)`);
       }
     }
+    const misfit = await int8WeightsMisfit(backend, manifest.data);
+    if (misfit !== null) throw new UserError(misfit);
     const ort = await onnxRuntime(backend, options.threads);
     const timings = new Timings();
-    const open = (/** @type {Manifest} */ holder, /** @type {any} */ entry) =>
-      openGraph(ort, backend, options.threads, holder, entry, options.onProgress);
-    const [embeddings, backbone, heads] = await Promise.all(entries.map((entry) => open(manifest, entry)));
+    const open = (/** @type {Manifest} */ holder, /** @type {any} */ entry, spin = false) =>
+      openGraph(ort, backend, options.threads, holder, entry, options.onProgress, spin);
+    const [embeddings, backbone, heads] = await Promise.all(entries.map((entry, i) => open(manifest, entry, i === 1)));
     const sessions = { embeddings, backbone, heads,
       scoring: scoring[GRAPHS.scoring] ? await open(manifest, scoring[GRAPHS.scoring]) : undefined };
     const tokenizer = await TextTokenizer.load(base);
     const tts = new OmniVoice(manifest, ort, backend, why, new StepForward(ort, sessions, timings), tokenizer, timings);
     tts.openGraph = async (/** @type {Manifest} */ holder, /** @type {any} */ entry) => open(holder, entry);
+    if (options.codec !== undefined) tts.codecHolder = await readManifest(options.codec);
     return tts;
   }
 
@@ -104,6 +108,8 @@ export class OmniVoice {
     this.codecLoading = null;
     /** @type {Promise<any> | null} */
     this.sampledScoring = null;
+    /** The folder whose codec speaks: the build's own unless load() was given one. */
+    this.codecHolder = manifest;
   }
 
   /** [{id, name}]: the languages a request may name. */
@@ -116,9 +122,8 @@ export class OmniVoice {
   codec() {
     if (this.codecLoading === null) {
       this.codecLoading = (async () => {
-        const { section, manifest } = await this.manifest.codec();
-        const holder = manifest ?? this.manifest;
-        return new HiggsCodec(this.ort, section, (key) => this.openGraph(holder, section.sub_models[key]), this.timings);
+        const { section, manifest } = await this.codecHolder.codec();
+        return new HiggsCodec(this.ort, section, (key) => this.openGraph(manifest, section.sub_models[key]), this.timings);
       })();
     }
     return this.codecLoading;
@@ -292,22 +297,22 @@ function joinCodes(chunks) {
  * One graph's session: onnxruntime-node opens the file itself (its sha256 checked first); the web backends get its
  * bytes and its external data's, each checked, with download progress.
  * @param {any} ort @param {Backend} backend @param {number | undefined} threads @param {Manifest} manifest
- * @param {any} entry @param {Listening["onProgress"]} onProgress
+ * @param {any} entry @param {Listening["onProgress"]} onProgress @param {boolean} spin
  */
-async function openGraph(ort, backend, threads, manifest, entry, onProgress) {
+async function openGraph(ort, backend, threads, manifest, entry, onProgress, spin) {
   const names = entry.external_data ??
     Object.keys(manifest.data.files ?? {}).filter((name) => name.startsWith(entry.filename + "."));
   try {
     if (backend === "node") {
       for (const name of names) await manifest.verify(name);
-      return await openSession(ort, backend, threads, await manifest.verify(entry.filename));
+      return await openSession(ort, backend, threads, await manifest.verify(entry.filename), spin);
     }
     const onDownload = onProgress && ((/** @type {any} */ p) => onProgress({ phase: "download", ...p }));
     const graph = await manifest.read(entry.filename, { onDownload });
     /** @type {Record<string, Uint8Array>} */
     const external = {};
     for (const name of names) external[name] = await manifest.read(name, { onDownload });
-    return await openSession(ort, backend, threads, { graph, external });
+    return await openSession(ort, backend, threads, { graph, external }, spin);
   } catch (error) {
     if (error instanceof UserError) throw error;
     const line = String(/** @type {any} */ (error)?.message ?? error).split("\n").find((l) => l.trim()) ?? "failed";

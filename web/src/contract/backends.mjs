@@ -68,11 +68,16 @@ export async function onnxRuntime(backend, threads) {
 // Errors only: the codec graphs' constant folding warns for every session, and a warning is no news to a user.
 const QUIET = 3;
 
-/** The threads a session may use on this backend: what ORT's session options take for the native one. */
-function sessionOptions(backend, threads) {
+/**
+ * A session's options on this backend. On the native one, only the backbone's idle workers spin, as in the Python
+ * runtime (docs/DESIGN.md §spinning): a short graph's spinning workers would take the cores the backbone needs next.
+ * @param {Backend} backend @param {number | undefined} threads @param {boolean} spin
+ */
+function sessionOptions(backend, threads, spin) {
   if (backend === "node") {
     return { executionProviders: ["cpu"], intraOpNumThreads: threads ?? 0, interOpNumThreads: 1,
-      graphOptimizationLevel: "all", logSeverityLevel: QUIET };
+      graphOptimizationLevel: "all", logSeverityLevel: QUIET,
+      extra: { session: { intra_op: { allow_spinning: spin ? "1" : "0" } } } };
   }
   return { executionProviders: backend === "webgpu" ? ["webgpu", "wasm"] : ["wasm"], graphOptimizationLevel: "all",
     logSeverityLevel: QUIET };
@@ -83,10 +88,33 @@ function sessionOptions(backend, threads) {
  * itself) or its bytes with its external data's bytes by file name (wasm, webgpu).
  * @param {any} ort @param {Backend} backend @param {number | undefined} threads
  * @param {string | {graph: Uint8Array, external: Record<string, Uint8Array>}} model
+ * @param {boolean} [spin] whether idle workers spin (the backbone's)
  */
-export async function openSession(ort, backend, threads, model) {
-  const options = sessionOptions(backend, threads);
+export async function openSession(ort, backend, threads, model, spin = false) {
+  const options = sessionOptions(backend, threads, spin);
   if (typeof model === "string") return ort.InferenceSession.create(model, options);
   const externalData = Object.entries(model.external).map(([path, data]) => ({ path, data }));
   return ort.InferenceSession.create(model.graph, { ...options, externalData });
+}
+
+// The x86 instruction sets whose u8 x s8 kernels sum full-range int8 weights exactly (codes/common/isa.py).
+const EXACT_INT8_FLAGS = ["avx512_vnni", "avx_vnni", "amx_int8"];
+
+/**
+ * Whether this host's native kernels sum a build's int8 weights exactly. The Python runtime re-ranges full-range
+ * (+-127) weights to +-63 as it opens a session on x86 without VNNI (codes/runtime/contract/int8_weights.py);
+ * onnxruntime-node takes no initializers from JavaScript, so this host refuses such a build there instead of
+ * speaking with saturated sums. Where the CPU's flags cannot be read (not Linux), the build is taken as it is.
+ * @param {Backend} backend @param {any} manifestData
+ * @returns {Promise<string | null>} null, or the one-line reason
+ */
+export async function int8WeightsMisfit(backend, manifestData) {
+  const levels = Object.values(manifestData?.quantization?.int8 ?? {}).map((part) => /** @type {any} */ (part)?.weight_levels);
+  if (backend !== "node" || !levels.some((level) => level > 63) || process.arch !== "x64") return null;
+  const cpuinfo = await (await import("node:fs/promises")).readFile("/proc/cpuinfo", "utf8").catch(() => null);
+  const flags = new Set(cpuinfo?.match(/^flags\s*:(.*)$/m)?.[1].trim().split(/\s+/) ?? []);
+  if (cpuinfo === null || EXACT_INT8_FLAGS.some((flag) => flags.has(flag))) return null;
+  return "this cpu_int8 build's full-range int8 weights would saturate this CPU's int8 kernels (x86 without VNNI), " +
+    "and the JavaScript runtime cannot re-range them as the Python runtime does: use a cpu or web build here, " +
+    "or backend wasm";
 }

@@ -50,9 +50,9 @@ export class Manifest {
   /** Bytes a graph and its external data take, as the manifest records them. @param {any} entry */
   static sizeOf(entry) { return Number(entry.size_bytes ?? 0); }
 
-  /** The codec's folder and section: this folder if it is a codec build, else the codec it holds. */
+  /** The codec's folder, section and manifest: this folder if it is a codec build, else the codec it holds. */
   async codec() {
-    if (this.isCodec) return { folder: this.folder, section: this.data.codec };
+    if (this.isCodec) return { folder: this.folder, section: this.data.codec, manifest: /** @type {Manifest} */ (this) };
     const higgs = this.data.higgs_tokenizer;
     if (!higgs) {
       throw new UserError(`${this.folder} holds no Higgs codec: build one with \`python optimize.py --higgs-only\` ` +
