@@ -416,7 +416,8 @@ def manifest_section(asr_dir: Path) -> dict:
 
 # The recogniser's precision per build profile (bench/asr_results.md): int8 on every CPU profile but the
 # reference one, fp16 on CUDA as upstream runs Whisper there.
-PROFILE_PRECISION = {"cpu": "int8", "cpu_int8": "int8", "cpu_fp16": "int8", "cpu_fp32": "fp32", "gpu": "fp16"}
+PROFILE_PRECISION = {"cpu": "int8", "cpu_int8": "int8", "cpu_fp16": "int8", "cpu_fp32": "fp32", "gpu": "fp16",
+                     "web": "int8"}  # web: for the Python runtime; the JavaScript one has no recogniser
 
 
 def profile_precision(profile: str, override: str | None = None) -> str:

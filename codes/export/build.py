@@ -23,7 +23,7 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.quiet import library_output
-from codes.export import asr_build
+from codes.export import asr_build, web_site
 from codes.export.checkpoint import Checkpoint, load_omnivoice
 from codes.export.codec_build import build_codec
 from codes.export.glue import build_glue
@@ -192,7 +192,14 @@ def build(request: BuildRequest) -> Path:
     llm_export, llm_reason = _llm_export(request) if request.builds_backbone else (None, None)
     if output.exists() and not output.is_dir():
         raise UserError(f"--output {output} is a file; pass a folder path")
+    web = request.builds_backbone and profile.web
+    if web:  # node and web/node_modules, before anything is written
+        web_site.check_ready()
     previous = Previous.read(output)
+    if (request.builds_codec and not request.builds_backbone and not profile.web
+            and (previous.top or {}).get("profile") == "web"):
+        raise UserError(f"{output} is a web build, whose codec must run on every onnxruntime-web backend: "
+                        "pass --device web with --higgs-only")
     _check_collisions(output, _planned_files(request), previous, request.overwrite)
     parent = output.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
@@ -208,11 +215,14 @@ def build(request: BuildRequest) -> Path:
 
             request.checkpoint = _timed(request, "lora", merge_adapter, request.checkpoint, request.lora,
                                         work / "merged", log=request.log)
-        body, backbone_files = {}, []
+        body, backbone_files, site_files = {}, [], []
         if request.builds_backbone:
             body, backbone_files = _build_backbone(request, profile, llm_export, llm_reason, staging, work)
         elif previous.top is not None and previous.top.get("backbone"):
             body = {k: v for k, v in previous.top.items() if k not in ("format", "format_version", "toolkit_version", "files")}
+        if web:  # the site beside the graphs (export/web_site.py)
+            site_files = _timed(request, "site", web_site.write_site, staging)
+            backbone_files += site_files
         codec_files = []
         if request.builds_codec:
             codec_files = _build_codec(request, profile, staging, work)
@@ -231,6 +241,9 @@ def build(request: BuildRequest) -> Path:
             body["asr"] = asr_section
         if aligner_section is not None:
             body["aligner"] = aligner_section
+        if web:
+            built = backbone_files + codec_files
+            body["web"] = web_site.web_facts(staging, [n for n in built if n.endswith(".onnx")], site_files, built)
         hashes = None  # a backbone build hashes what it wrote; a codec-only one keeps the backbone's hashes
         if not request.builds_backbone:
             kept = (previous.top or {}).get("files", {}) if body.get("backbone") else {}
@@ -238,6 +251,9 @@ def build(request: BuildRequest) -> Path:
         write_manifest(staging, body, backbone_files, hashes)
         if request.builds_backbone and profile.quantized:  # measured on the staged build, then recorded
             body["fidelity"] = _timed(request, "fidelity", _fidelity, request, profile, staging)
+            write_manifest(staging, body, backbone_files, json.loads((staging / MANIFEST_NAME).read_text())["files"])
+        if web:  # every graph loads and runs on onnxruntime-web's WASM backend, or nothing is installed
+            body["web"]["probe"] = _timed(request, "probe", web_site.probe_wasm, staging, log=request.log)
             write_manifest(staging, body, backbone_files, json.loads((staging / MANIFEST_NAME).read_text())["files"])
         written = backbone_files + codec_files + asr_files + aligner_files + [MANIFEST_NAME]
         _check_collisions(output, written, previous, request.overwrite)
@@ -283,6 +299,12 @@ def _planned_files(request: BuildRequest) -> list[str]:
         step_specs = (*(entry.spec for entry in (*BACKBONE_GRAPHS, *SCORING_GRAPHS)), *specs.GLUE_SPECS)
         names += [n for spec in step_specs for n in (spec.filename, spec.filename + ".data")]
         names += [p.name for p in request.checkpoint.tokenizer_files()]
+        if request.profile.web:
+            site = web_site.planned_files()
+            clash = sorted(set(site) & set(names))
+            if clash:
+                raise UserError(f"web/site/{clash[0]} has the name of a file the build writes; rename it")
+            names += site
     if request.builds_codec:
         names += [f"{specs.HIGGS_DIR}/{n}" for entry in CODEC_GRAPHS
                   for n in (entry.spec.filename, entry.spec.filename + ".data")] + [CODEC_MANIFEST]
@@ -411,6 +433,8 @@ def _build_backbone(request: BuildRequest, profile: Profile, llm_export: str, ll
     llm["build"] = ("onnxruntime-genai create_model (exclude_embeds, exclude_lm_head), GQA patched to causal=0 + "
                     "attention_bias" if llm_export == "genai"
                     else "torch.onnx.export (legacy, via Olive OnnxConversion) with the 4-D bool mask")
+    if llm_export == "genai" and recipes["llm"].standard_attention:
+        llm["build"] += ", then rewritten in standard ONNX ops for onnxruntime-web (export/web_attention.py)"
     if llm_reason:
         llm["build_reason"] = llm_reason
 

@@ -50,7 +50,14 @@ def build_genai_causal(hf_dir: Path, out_dir: Path, precision: str, execution_pr
 def build_llm_genai(omnivoice, out_dir: Path, work_dir: Path, recipe: GraphRecipe, execution_provider: str) -> Path:
     hf_dir = write_standalone_llm(omnivoice, Path(work_dir) / "qwen3_hf")
     causal = build_genai_causal(hf_dir, Path(work_dir) / "genai", recipe.genai_precision, execution_provider)
-    model = recipe.apply(make_bidirectional(onnx.load(str(causal))))
+    model = make_bidirectional(onnx.load(str(causal)))
+    if recipe.standard_attention:  # the web profile (codes/export/web_attention.py)
+        from codes.export.web_attention import standard_attention
+
+        config = omnivoice.llm.config
+        model = standard_attention(model, getattr(config, "head_dim", None)
+                                   or config.hidden_size // config.num_attention_heads)
+    model = recipe.apply(model)
     final = save_model(model, Path(out_dir) / BACKBONE.filename)
     shutil.rmtree(Path(work_dir) / "genai", ignore_errors=True)
     shutil.rmtree(hf_dir, ignore_errors=True)

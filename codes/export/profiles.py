@@ -38,6 +38,9 @@ class GraphRecipe:
     transform: Callable | None = None  # applied to the converted graph (onnx.ModelProto -> ModelProto)
     genai_precision: str | None = None  # the genai builder's precision (backbone only)
     int8: Int8Scheme | None = None  # int8 graphs: the scheme, which the build binds to its calibration as `transform`
+    # The genai backbone's GroupQueryAttention rewritten in standard ops (codes/export/web_attention.py): the
+    # form onnxruntime-web's WebGPU backend runs. The build binds the checkpoint's head size.
+    standard_attention: bool = False
 
     def apply(self, model):
         """The recipe's transform of a converted graph (onnx.ModelProto)."""
@@ -56,6 +59,7 @@ class Profile:
     llm_export: str  # default backbone path: genai | torch
     description: str
     int8: Int8Scheme = INT8  # how its int8 graphs are quantized
+    web: bool = False  # graphs every onnxruntime-web backend runs, and the build is a static site (web_site.py)
 
     def with_codec(self, precision: str | None) -> Profile:
         """--higgs-precision overrides the codec entry."""
@@ -66,6 +70,8 @@ class Profile:
         return dataclasses.replace(self, precision={**self.precision, "codec": precision})
 
     def recipe(self, part: str, llm_export: str = "genai") -> GraphRecipe:
+        if self.web:
+            return web_recipe(part, self.precision[part], llm_export)
         return recipe(part, self.precision[part], llm_export, self.int8)
 
     @property
@@ -108,6 +114,31 @@ def recipe(part: str, precision: str, llm_export: str = "genai", int8: Int8Schem
     return GraphRecipe(precision, olive_passes=_olive_precision_passes(precision))
 
 
+def web_recipe(part: str, precision: str, llm_export: str = "genai") -> GraphRecipe:
+    """The web profile's recipes: forms every onnxruntime-web backend runs (docs/build.md, "The web profile").
+    WebGPU without shader-f16 (SwiftShader, many phones) has no fp16 kernels, so fp16 is storage only, cast to
+    fp32 as the graph loads; int4 MatMulNBits compute in fp32 (accuracy level 1), as WASM and WebGPU always do,
+    so that every backend and the Python runtime give the same numbers; the genai backbone's attention is
+    rewritten in standard ops; int8 embeddings are 8-bit GatherBlockQuantized tables (block-wise RTN)."""
+    from codes.export.web_graphs import fp16_storage, fp32_compute
+
+    forms = {"codec": CODEC_PRECISIONS, "scoring": ("fp32",), "embeddings": ("fp32", "fp16", "int8", "int4")}
+    if precision not in forms.get(part, ("fp32", "fp16", "int4")):
+        raise UserError(f"the web profile has no {precision} form for the {part} graph")
+    if precision == "int8":
+        return GraphRecipe(precision, olive_passes={"to_int8": {
+            "type": "OnnxBlockWiseRtnQuantization", "bits": 8, "block_size": INT4_BLOCK_SIZE, "is_symmetric": True}})
+    genai = part == "llm" and llm_export == "genai"
+    if precision == "fp16":
+        if genai:
+            raise UserError("the web profile's backbone is int4 or fp32: fp16 would compute in fp16")
+        return GraphRecipe(precision, transform=fp16_storage)
+    passes = _olive_precision_passes(precision) if not genai else {}
+    transform = fp32_compute if precision == "int4" else None
+    return GraphRecipe(precision, olive_passes=passes, transform=transform,
+                       genai_precision=precision if genai else None, standard_attention=genai)
+
+
 def codec_graph_recipe(key: str, codec: GraphRecipe) -> GraphRecipe:
     """The codec's quantizer stays fp32 in every build: its nearest-codebook search computes
     |x|^2 - 2 x.e + |e|^2, which cancels badly in fp16, and it holds ~1 M parameters."""
@@ -116,10 +147,10 @@ def codec_graph_recipe(key: str, codec: GraphRecipe) -> GraphRecipe:
     return recipe("codec", "fp32") if key == QUANTIZER_ENCODER.key else codec
 
 
-def _profile(name, recipe_precision, embeddings, llm, heads, provider, genai_target, description) -> Profile:
+def _profile(name, recipe_precision, embeddings, llm, heads, provider, genai_target, description, web=False) -> Profile:
     parts = {"embeddings": embeddings, "llm": llm, "heads": heads, "scoring": "fp32", "codec": "fp16"}
     return Profile(name, parts, recipe_precision,
-                   provider, genai_target, "genai", description)
+                   provider, genai_target, "genai", description, web=web)
 
 
 PROFILES = {
@@ -139,6 +170,14 @@ PROFILES = {
         _profile("cpu_int8", "int8", "fp16", "int8", "fp32", "CPUExecutionProvider", "cpu",
                  "int8 backbone (per-column weights, per-token activations, outlier channels fp32), fp32 heads, "
                  "fp16 embedding tables, CPU"),
+        # onnxruntime-web (WASM and WebGPU) and onnxruntime-node; the Python runtime runs it on the CPU provider,
+        # the WASM backend's kernels. The build is also a static site (codes/export/web_site.py). Measured on
+        # wide-tied (near-tied classes, as trained heads have), first-step argmax agreement with upstream fp32:
+        # int4 everywhere 32.2%; fp16-stored heads 66.5% (fp32 heads 67.0%, for 34 MB against 17); then int8
+        # embeddings 76.3%, as fp16 tables (76.2%), for 184 MB against int4's 102 MB and fp16's 327 MB.
+        _profile("web", "int4", "int8", "int4", "fp16", "CPUExecutionProvider", "cpu",
+                 "int4 backbone (attention in standard ops), int8 embeddings, fp16-stored heads and codec computed in "
+                 "fp32, for onnxruntime-web (WASM, WebGPU) and Node; the build is a static site", web=True),
     )
 }
 

@@ -582,7 +582,7 @@ def test_the_recogniser_precision_follows_the_profile():
     from codes.export.profiles import PROFILES
 
     assert {name: profile_precision(name) for name in PROFILES} == {
-        "cpu": "int8", "cpu_fp16": "int8", "gpu": "fp16", "cpu_fp32": "fp32", "cpu_int8": "int8"}
+        "cpu": "int8", "cpu_fp16": "int8", "gpu": "fp16", "cpu_fp32": "fp32", "cpu_int8": "int8", "web": "int8"}
     assert profile_precision("cpu", "fp32") == "fp32"
 
 

@@ -28,6 +28,18 @@ from codes.runtime.contract.specs import AUDIO_MASK_ID, AUDIO_VOCAB_SIZE, NUM_CO
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+@contextmanager
+def tiny_upstream(checkpoint_path):
+    """Upstream OmniVoice on a checkpoint, on one torch thread while it is held: the tiny model runs fastest on
+    one thread of a busy 2-core machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield OmniVoice.from_pretrained(str(checkpoint_path), attn_implementation="sdpa").eval()
+    finally:
+        torch.set_num_threads(previous)
+
+
 def extraction_tool():
     """tools/extract_upstream_tables.py as a module (it is a script, not a package)."""
     spec = importlib.util.spec_from_file_location(

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
-from helpers.upstream_twins import RecordingNoise, ReplayedRandLike, recorded_codes
+from helpers.upstream_twins import RecordingNoise, ReplayedRandLike, recorded_codes, tiny_upstream
 
-from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
+from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
 from codes.runtime.contract.settings import GenerationSettings
 from codes.runtime.contract.specs import BACKBONE, HIGGS_DECODER
@@ -45,10 +45,8 @@ AUDIO_ATOL = 2e-4
 
 @pytest.fixture(scope="module")
 def upstream(tiny_checkpoint):
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)  # the tiny model runs fastest on one thread of a busy 2-core machine
-    yield OmniVoice.from_pretrained(str(tiny_checkpoint.path), attn_implementation="sdpa").eval()
-    torch.set_num_threads(previous)
+    with tiny_upstream(tiny_checkpoint.path) as model:
+        yield model
 
 
 @pytest.fixture(scope="module", params=["device", "numpy"])

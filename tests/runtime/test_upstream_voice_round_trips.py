@@ -12,9 +12,9 @@ import pytest
 import torch
 from helpers.scripts import last_error_line, run_main
 from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
-from helpers.upstream_twins import recorded_codes
+from helpers.upstream_twins import recorded_codes, tiny_upstream
 
-from omnivoice.models.omnivoice import OmniVoice, VoiceClonePrompt
+from omnivoice.models.omnivoice import VoiceClonePrompt
 
 TEXT = "Nice to hear it cloned."
 DETERMINISTIC = ("--num_steps", "8", "--position_temperature", "0", "--class_temperature", "0")
@@ -23,10 +23,8 @@ UPSTREAM_DETERMINISTIC = dict(num_step=8, position_temperature=0.0, class_temper
 
 @pytest.fixture(scope="module")
 def upstream(tiny_checkpoint):
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield OmniVoice.from_pretrained(str(tiny_checkpoint.path), attn_implementation="sdpa").eval()
-    torch.set_num_threads(previous)
+    with tiny_upstream(tiny_checkpoint.path) as model:
+        yield model
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ import pytest
 import torch
 from helpers.scripts import ROOT, run_script
 from helpers.synthesis_inputs import FP32_BUILD, REF_TEXT, reference_clip, write_clip
-from helpers.upstream_twins import recorded_codes
+from helpers.upstream_twins import recorded_codes, tiny_upstream
 
-from omnivoice.models.omnivoice import OmniVoice, OmniVoiceGenerationConfig
+from omnivoice.models.omnivoice import OmniVoiceGenerationConfig
 
 CLI = ROOT / "web" / "bin" / "omnivoice.mjs"
 STEPS = 8
@@ -33,10 +33,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def upstream(tiny_checkpoint):
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield OmniVoice.from_pretrained(str(tiny_checkpoint.path), attn_implementation="sdpa").eval()
-    torch.set_num_threads(previous)
+    with tiny_upstream(tiny_checkpoint.path) as model:
+        yield model
 
 
 @pytest.fixture(scope="module")
