@@ -65,6 +65,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(a request's normalize_text field overrides it; needs WeTextProcessing, checked at start)")
     p.add_argument("--provider", choices=("cpu", "cuda"), help="execution provider (default: the build's)")
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: all cores; with --ray, per replica: 1)")
+    p.add_argument("--web-site", dest="web_site", type=Path, metavar="DIR",
+                   help="serve this folder at /web/, outside the API key, cross-origin isolated: a web build "
+                        "(optimize.py --device web), whose page speaks in the browser itself (default: the model "
+                        "folder, when it is a web build)")
     doors = p.add_argument_group("other doors onto the same engine (Home Assistant, AI agents)")
     doors.add_argument("--wyoming-uri", dest="wyoming_uri",
                        help="also serve Wyoming (Home Assistant) here, e.g. tcp://127.0.0.1:10200. Wyoming has no "

@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 # first, so that no worker is left waiting at the end on one that started last. Modules go by file name, which
 # is unique across tests/'s folders (pytest's import mode, with no __init__.py, needs that as well).
 RAY_MODULES = ("test_corpus", "test_cluster", "test_script_ray", "test_playground")  # test_playground: its last test runs serve.py --ray
-LONG_MODULES = ("test_walkthrough", "test_optimize", *RAY_MODULES, "test_hostile", "test_wyoming_hostile", "test_doors",
+LONG_MODULES = ("test_walkthrough", "test_optimize", *RAY_MODULES, "test_web_page", "test_node_parity", "test_web_build",
+                "test_hostile", "test_wyoming_hostile", "test_doors",
                 "test_published", "test_bench", "test_inference", "test_serve", "test_latency", "test_ws_door",
                 "test_plugins", "test_transcribed_uploads", "test_script_door", "test_word_timings", "test_script_ledger")
 

@@ -26,6 +26,7 @@ class ServerConfig:
     replica: str | None = None  # a Ray Serve replica's NAME/PID: sent as a response header and in the request log
     browsers: BrowserRules = field(default_factory=BrowserRules)  # which web pages may call (--allow-origin/-host)
     normalize_text: bool = False  # --normalize-text: a request that does not say is normalized
+    web_site: Path | None = None  # the folder served at /web/ (a web build's site), or None
 
 
 @dataclass

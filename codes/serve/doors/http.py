@@ -38,6 +38,7 @@ from codes.serve.core.state import ServerState
 from codes.serve.doors.contract import Door, MountedDoor
 from codes.serve.doors.guard import SCRIPT_PATH, SPEECH_PATH, SPEECH_SCOPE, UPLOAD_PATH, envelope, error_response, guarded
 from codes.serve.doors.playground import add_playground
+from codes.serve.doors.playground.web_site import add_web_site
 from codes.serve.doors.stream import add_stream_door
 from codes.serve.edge.errors import REFUSALS, ClientStalled, RequestError, as_request_error
 from codes.serve.voices.book import NotDeletable, asked_id
@@ -68,6 +69,7 @@ def create_app(state: ServerState, doors: Sequence[Door] = ()):
         app.include_router(router)
     add_stream_door(app, state)
     add_playground(app)
+    add_web_site(app, state.config.web_site)
     return guarded(app, state, next((door for door in doors if isinstance(door, MountedDoor)), None))
 
 

@@ -18,6 +18,7 @@ from codes.common.errors import UserError
 from codes.runtime.contract.settings import GenerationSettings
 from codes.serve.core.state import ServerConfig, ServerState
 from codes.serve.doors.contract import Door
+from codes.serve.doors.playground.web_site import site_folder
 from codes.serve.edge.limits import MAX_STEPS, Limits, limits_from_args
 from codes.serve.edge.origins import BrowserRules, browser_rules
 from codes.serve.voices.book import DESIGN_VOICES, VoiceBook
@@ -55,6 +56,7 @@ class ServiceOptions:
     normalize_text: bool = False  # --normalize-text: requests that do not say are normalized
     step_cost: tuple[float, float] | None = None  # --step-cost: the scheduler's cost model pinned; None: fitted
     asr_dir: Path | None = None  # --asr_dir: another build's recogniser (None: the model folder's, if any)
+    web_site: Path | None = None  # served at /web/: --web-site, or the model folder when it is a web build
 
     def for_replica(self, name: str) -> "ServiceOptions":
         return replace(self, replica=f"{name}/{os.getpid()}")
@@ -105,6 +107,7 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
     asr_dir = getattr(args, "asr_dir", None)
     if asr_dir is not None:  # a folder without a recogniser is one line now, before the model loads
         recogniser_folder(asr_dir)
+    web_site = site_folder(getattr(args, "web_site", None), model_dir)
     normalize = bool(getattr(args, "normalize_text", False))
     if normalize:  # a missing WeTextProcessing is one line now, not a 400 on every request
         from codes.runtime.text.normalize import check_available
@@ -115,7 +118,7 @@ def service_options(args: argparse.Namespace) -> ServiceOptions:
                           args.max_ref_seconds, args.provider, args.threads, settings, args.host,
                           args.mcp_output_dir, browser_rules(args.allow_origin, args.allow_host),
                           voices_from=voices_from, normalize_text=normalize, asr_dir=asr_dir,
-                          step_cost=step_cost(getattr(args, "step_cost", None)))
+                          step_cost=step_cost(getattr(args, "step_cost", None)), web_site=web_site)
 
 
 def voice_book(folder: Path) -> VoiceBook:
@@ -138,7 +141,7 @@ def service_state(options: ServiceOptions) -> ServerState:
                       options.limits.max_pinned)
     voices = Voices(book, pins, options.max_ref_seconds)
     config = ServerConfig(options.voices_dir, options.api_key, options.limits, options.settings, options.replica,
-                          options.browsers, normalize_text=options.normalize_text)
+                          options.browsers, normalize_text=options.normalize_text, web_site=options.web_site)
     limits = options.limits
     pieces = PieceStore(options.voices_dir / SCRIPT_PIECES, limits.script_cache_bytes, limits.script_cache_seconds) \
         if limits.script_cache_bytes > 0 else None

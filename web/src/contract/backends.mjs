@@ -59,6 +59,7 @@ export async function onnxRuntime(backend, threads) {
   if (backend === "node") return (await import("onnxruntime-node")).default ?? (await import("onnxruntime-node"));
   const ort = given?.ort ?? (await import("onnxruntime-web"));
   if (given?.wasmPaths) ort.env.wasm.wasmPaths = given.wasmPaths;
+  ort.env.logLevel = "error"; // its warnings (constant folding) reach a page's console as errors
   // Threads need a cross-origin isolated page (SharedArrayBuffer); without it onnxruntime-web runs one.
   const isolated = IN_NODE || globalThis.crossOriginIsolated === true;
   ort.env.wasm.numThreads = isolated ? (threads ?? Math.min(4, globalThis.navigator?.hardwareConcurrency ?? 1)) : 1;
