@@ -3,8 +3,8 @@
 For each build: the Python runtime (OmniVoiceOnnx), Node on onnxruntime-node, Node on onnxruntime-web's WASM, and
 Chromium on WASM in a cross-origin isolated page (threads); for builds marked small, Chromium on WebGPU through
 SwiftShader as well (Vulkan on the CPU: a check that WebGPU runs, not a GPU's speed). Every runner loads the build,
-speaks a two-step warm-up, then the utterance, timing each step (web/bench/timed_run.mjs is the one timing for Node
-and the page). Memory: the process's peak RSS (Python, Node); in Chromium, the WebAssembly memory's size at the end
+speaks a two-step warm-up, then the utterance at temperature 0, timing each step (web/bench/timed_run.mjs is the one
+timing for Node and the page); its codes are held to the Python runtime's on the same build, cell by cell. Memory: the process's peak RSS (Python, Node); in Chromium, the WebAssembly memory's size at the end
 (it only grows, so that is its peak). The download: what a page fetches, from the web build's manifest.
 """
 
@@ -75,13 +75,14 @@ start = time.perf_counter()
 tts.generate("Warm up.", language="en", seed=0, num_steps=2)
 warm = time.perf_counter() - start
 marks = [time.perf_counter()]
-wav = tts.generate(text, language="en", duration=duration, num_steps=steps, seed=0,
-                   on_step=lambda step, total: marks.append(time.perf_counter()))
+wav, codes = tts.generate(text, language="en", duration=duration, num_steps=steps, seed=0, return_codes=True,
+                          position_temperature=0.0, class_temperature=0.0,
+                          on_step=lambda step, total: marks.append(time.perf_counter()))
 seconds = time.perf_counter() - marks[0]
 steps_s = sorted(b - a for a, b in zip(marks, marks[1:]))
 print(json.dumps({"backend": "python", "load_s": load, "warmup_s": warm, "generate_s": seconds,
                   "audio_s": len(wav) / 24000, "rtf": seconds / (len(wav) / 24000), "steps": len(steps_s),
-                  "step_median_s": steps_s[len(steps_s) // 2],
+                  "step_median_s": steps_s[len(steps_s) // 2], "codes": codes.ravel().tolist(),
                   "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -167,7 +168,7 @@ def measure(builds: list[tuple[str, Path, bool]], workloads: dict, runners: list
     for label, build, small in builds:
         workload = workloads[label]
         for runner in runners:
-            if runner == "chromium-webgpu" and not small:
+            if runner in SMALL_ONLY and not small:
                 continue
             print(f"{label}: {runner} ...", file=sys.stderr, flush=True)
             if runner == "python":
@@ -177,15 +178,27 @@ def measure(builds: list[tuple[str, Path, bool]], workloads: dict, runners: list
             else:
                 result = browser_run(build, runner.removeprefix("chromium-"), workload)
             rows.append({"build": label, "runner": runner, **result})
-            print(json.dumps(rows[-1])[:400], file=sys.stderr, flush=True)
+            print(json.dumps({k: v for k, v in rows[-1].items() if k != "codes"})[:400], file=sys.stderr, flush=True)
+    python_codes = {row["build"]: row["codes"] for row in rows if row["runner"] == "python" and "codes" in row}
+    for row in rows:  # each runner's codes against the Python runtime's on the same build
+        codes, reference = row.pop("codes", None), python_codes.get(row["build"])
+        if codes is not None and reference is not None and len(codes) == len(reference):
+            row["agreement"] = sum(a == b for a, b in zip(codes, reference)) / len(reference)
     return {"rows": rows, "workloads": workloads,
             "sizes": {label: site_sizes(build) for label, build, _ in builds}}
 
 
 RUNNERS = ["python", "node-node", "node-wasm", "chromium-wasm", "chromium-webgpu"]
+# Run on small builds only: SwiftShader's WebGPU takes minutes a step at full size, and Node's WASM is the same
+# onnxruntime-web as Chromium's (its full-size step was measured once, in bench/web_results.md's notes).
+SMALL_ONLY = ("node-wasm", "chromium-webgpu")
 RUNNER_NAMES = {"python": "Python runtime (onnxruntime, CPU EP)", "node-node": "Node, onnxruntime-node (CPU EP)",
                 "node-wasm": "Node, onnxruntime-web WASM", "chromium-wasm": "Chromium, onnxruntime-web WASM",
                 "chromium-webgpu": "Chromium, WebGPU on SwiftShader (CPU; not a GPU's speed)"}
+
+
+def _percent(value) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
 
 
 def _cell(value, digits=2) -> str:
@@ -197,19 +210,24 @@ def page(data: dict, machine_line: str, command: str) -> list[str]:
     for label, workload in data["workloads"].items():
         lines.append(f"- {label}: \"{workload['text']}\", {workload['duration']:g} s, {workload['num_steps']} steps, "
                      f"{workload['threads']} threads, seed 0")
-    lines += ["", "| build | runner | load s | warm-up s | step s (median) | synthesis s | RTF | peak memory MB | ",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| build | runner | load s | warm-up s | step s (median) | synthesis s | RTF | peak memory MB | "
+              "codes as Python's |", "|---|---|---|---|---|---|---|---|---|"]
     for row in data["rows"]:
         name = RUNNER_NAMES[row["runner"]]
         if "error" in row:
-            lines.append(f"| {row['build']} | {name} | failed: {row['error'][:160]} | | | | | |")
+            lines.append(f"| {row['build']} | {name} | failed: {row['error'][:160]} | | | | | | |")
             continue
         memory = row.get("wasm_memory_mb") if row["runner"].startswith("chromium") else row.get("max_rss_mb")
         memory_note = " (WASM memory)" if row["runner"].startswith("chromium") else " (RSS)"
         lines.append(f"| {row['build']} | {name} | {_cell(row['load_s'])} | {_cell(row['warmup_s'])} | "
                      f"{_cell(row['step_median_s'], 3)} | {_cell(row['generate_s'])} | {_cell(row['rtf'])} | "
-                     f"{_cell(memory, 0)}{memory_note} |")
-    lines += ["", "| build | site on disk MB | what a page downloads to speak MB |", "|---|---|---|"]
+                     f"{_cell(memory, 0)}{memory_note} | {_percent(row.get('agreement'))} |")
+    lines += ["", "Codes as Python's: the share of cells equal to the Python runtime's on the same build, at temperature 0. "
+              "WebGPU on SwiftShader runs WebGPU's shaders on this CPU through Vulkan: it shows that the graphs run "
+              "there and decide alike, not what a GPU does. A real GPU could not be measured on this host. Node's WASM "
+              "is the same onnxruntime-web as Chromium's, so it runs on the small build only. The web profile computes "
+              "its int4 weights in fp32 so that every backend decides alike (docs/build.md, \"The web profile\").",
+              "", "| build | site on disk MB | what a page downloads to speak MB |", "|---|---|---|"]
     for label, sizes in data["sizes"].items():
         download = sizes["manifest_download"]
         speech = download.get("speech") if isinstance(download, dict) else download

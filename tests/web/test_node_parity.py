@@ -111,3 +111,22 @@ def test_every_cpu_profile_speaks_in_node_as_in_python(profile, builds, tmp_path
                         "--codes_out", python_codes, *args)
     assert result.returncode == 0, result.stderr
     assert (node_codes(build, tmp_path, "node", *args) == np.load(python_codes)).all()
+
+
+def test_a_build_too_large_for_wasm_memory_is_one_line_naming_the_web_profile(build, tmp_path):
+    """WebAssembly addresses 4 GiB: a build whose graphs the manifest records past 3 GiB is refused before any
+    graph is read (here a copy of the manifest alone, its graphs' sizes as a full-size fp32 build's would be)."""
+    import json
+
+    manifest = json.loads((build / "omnivoice_manifest.json").read_text(encoding="utf-8"))
+    for entry in manifest["backbone"].values():
+        entry["size_bytes"] = 1_300_000_000
+    folder = tmp_path / "large"
+    folder.mkdir()
+    (folder / "omnivoice_manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    out = tmp_path / "out.wav"
+    result = node_cli("--model_dir", folder, "--backend", "wasm", "--text", "Hello.", "--output", out)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "3.6 GiB" in lines[0] and "optimize.py --device web" in lines[0]
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["large"]

@@ -1,5 +1,6 @@
 // One timed synthesis, the same in Node and in a page (codes/checks/web_bench.py runs both): load, a short warm-up,
-// then one utterance with each step's time. Returns plain numbers; asserts nothing.
+// then one utterance with each step's time, decoded at temperature 0 so that its codes can be held to another host's
+// on the same build. Returns plain numbers and the codes; asserts nothing.
 
 /**
  * @param {any} OmniVoice the runtime's class (from web/src/index.mjs, or a site's omnivoice.mjs)
@@ -18,7 +19,7 @@ export async function timedRun(OmniVoice, base, options) {
   const loadSeconds = (performance.now() - loadStart) / 1000;
   for (const bytes of files.values()) downloaded += bytes;
   const request = { text: options.text, language: options.language ?? "en", duration: options.duration,
-    numSteps: options.numSteps ?? 32, seed: options.seed ?? 0 };
+    numSteps: options.numSteps ?? 32, seed: options.seed ?? 0, positionTemperature: 0, classTemperature: 0 };
   const warmStart = performance.now();
   await tts.generate({ ...request, text: "Warm up.", duration: undefined, numSteps: 2 });
   const warmSeconds = (performance.now() - warmStart) / 1000;
@@ -41,6 +42,6 @@ export async function timedRun(OmniVoice, base, options) {
     backend: tts.backend, why: tts.why, profile: tts.profile, load_s: loadSeconds, warmup_s: warmSeconds,
     generate_s: seconds, audio_s: audioSeconds, rtf: seconds / audioSeconds, steps: stepTimes.length,
     step_median_s: sorted[Math.floor(sorted.length / 2)] ?? null, frames: result.codes.dims[1],
-    downloaded_bytes: downloaded, stages_s: tts.timings.seconds,
+    downloaded_bytes: downloaded, stages_s: tts.timings.seconds, codes: Array.from(result.codes.data, Number),
   };
 }
