@@ -130,3 +130,38 @@ def test_a_build_too_large_for_wasm_memory_is_one_line_naming_the_web_profile(bu
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert "3.6 GiB" in lines[0] and "optimize.py --device web" in lines[0]
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["large"]
+
+
+STREAM_SCRIPT = """
+import { OmniVoice } from "./web/src/index.mjs";
+const [build, text] = process.argv.slice(1);
+const tts = await OmniVoice.load(build, { threads: 1 });
+const pieces = [];
+for await (const piece of tts.stream({ text, language: "en", numSteps: 8, seed: 5 })) {
+  pieces.push({ text: piece.text, codes: Array.from(piece.codes.data, Number), frames: piece.codes.dims[1],
+                samples: piece.audio.length, final: piece.final });
+}
+console.log(JSON.stringify(pieces));
+"""
+
+
+def test_a_stream_speaks_each_piece_as_python_speaks_it_alone(build, tmp_path):
+    """tts.stream cuts the text as the server's stream does (stream_chunks) and piece i of a seeded request is that
+    piece spoken alone with seed + i: the same codes and the same length of audio as the Python runtime's."""
+    import json
+
+    from codes.runtime.synthesis import OmniVoiceOnnx
+    from codes.runtime.text.chunks import stream_chunks
+
+    text = "First of all, a short clause. Then a longer sentence follows it, and one more after that."
+    result = subprocess.run(["node", "--input-type=module", "-e", STREAM_SCRIPT, str(build), text], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    pieces = json.loads(result.stdout.strip().splitlines()[-1])
+    chunks = stream_chunks(text)
+    assert len(chunks) > 1 and [p["text"] for p in pieces] == chunks
+    assert [p["final"] for p in pieces] == [False] * (len(chunks) - 1) + [True]
+    tts = OmniVoiceOnnx(build, threads=1)
+    for i, (piece, chunk) in enumerate(zip(pieces, chunks)):
+        audio, codes = tts.generate(chunk, language="en", num_steps=8, seed=5 + i, return_codes=True)
+        assert piece["codes"] == codes.ravel().tolist() and piece["samples"] == len(audio)

@@ -255,7 +255,7 @@ export class OmniVoice {
     const total = weights.reduce((a, b) => a + b, 0);
     const durations = request.duration == null ? null : weights.map((w) => (request.duration * w) / total);
     const requests = settle(texts, request.language ?? null, request.instruct ?? null, voice, durations,
-      request.speed ?? null);
+      request.speed ?? null, null, request.normalizeText ?? false);
     const noises = itemNoises(seed, requests.length);
     for (const [index, piece] of requests.entries()) {
       const plan = planDecoding([piece], settings, [noises[index]]);
@@ -274,7 +274,7 @@ export class OmniVoice {
     const voice = await this.voiceOf(request, settings);
     const seed = request.seed ?? null;
     const requests = whole ? settle([request.text], request.language ?? null, request.instruct ?? null, voice,
-      request.duration ?? null, request.speed ?? null) : [];
+      request.duration ?? null, request.speed ?? null, request.numFrames ?? null, request.normalizeText ?? false) : [];
     return { settings, voice, requests, seed };
   }
 }
