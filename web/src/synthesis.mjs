@@ -8,7 +8,7 @@
 import { UserError } from "./errors.mjs";
 import { readManifest, GRAPHS, Manifest } from "./contract/manifest.mjs";
 import { chooseBackend, int8WeightsMisfit, onnxRuntime, openSession } from "./contract/backends.mjs";
-import { StepForward, Timings, NUM_CODEBOOKS, MASK_ID } from "./model/forward.mjs";
+import { StepForward, Timings } from "./model/forward.mjs";
 import { HiggsCodec } from "./audio/codec.mjs";
 import { TextTokenizer } from "./text/tokenizer.mjs";
 import { languageChoices, designVocabulary } from "./text/voice_design.mjs";
@@ -25,7 +25,9 @@ import { readWav } from "./audio/wav.mjs";
 import { Voice } from "./voices/voice.mjs";
 import { readBytes } from "./files.mjs";
 
-export const SAMPLE_RATE = 24000;
+import { SAMPLE_RATE, NUM_CODEBOOKS, AUDIO_MASK_ID } from "./contract/specs.mjs";
+
+export { SAMPLE_RATE };
 // wasm32 addresses 4 GiB; the graphs' weights are copied in, and a step's activations and the codec need room beside.
 const WASM_WEIGHT_LIMIT = 3 * 2 ** 30;
 const CAUSAL_ADVICE = "OmniVoice's iterative unmasking collapses into noise on it: build a bidirectional backbone " +
@@ -211,7 +213,7 @@ export class OmniVoice {
   async generateWhole(requests, settings, noises, onStep) {
     const batch = promptBatch(this.tokenizer, requests, settings.denoise);
     const tokens = await iterativeDecode(batch, requests.map((r) => r.targetLen), null, settings, noises, onStep,
-      MASK_ID, this.scoreFn(settings));
+      AUDIO_MASK_ID, this.scoreFn(settings));
     return tokens.map((data, k) => ({ data, frames: requests[k].targetLen }));
   }
 

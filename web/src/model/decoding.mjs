@@ -39,8 +39,9 @@ import { RandomNoise } from "./noise.mjs";
  *   and the scoring: each item's CellScores, null where its noise is null (it reveals nothing this step)
  */
 
-export const AUDIO_MASK_ID = 1024;
-const NUM_CODEBOOKS = 8;
+import { AUDIO_MASK_ID, NUM_CODEBOOKS } from "../contract/specs.mjs";
+
+export { AUDIO_MASK_ID };
 export const TOP_K_RATIO = 0.1; // class sampling keeps this share of the vocabulary
 const GUMBEL_EPS = Math.fround(1e-10);
 const f32 = Math.fround;

@@ -6,9 +6,7 @@
  */
 import { UserError } from "../errors.mjs";
 
-export const NUM_CODEBOOKS = 8;
-export const AUDIO_VOCAB_SIZE = 1025;
-export const MASK_ID = 1024;
+import { AUDIO_VOCAB_SIZE, NUM_CODEBOOKS } from "../contract/specs.mjs";
 
 /**
  * @typedef {{inputIds: BigInt64Array, audioMask: Uint8Array, attentionMask: Uint8Array, condLens: number[],

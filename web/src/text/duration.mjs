@@ -6,6 +6,7 @@
  * "Nice to meet you." = 25 frames without one) gives the speaking rate in weight per frame; the target's weight
  * over that rate is its length, lifted along a power curve below 50 frames.
  */
+import { FRAME_RATE } from "../contract/specs.mjs";
 import { dataFile } from "../data.mjs";
 
 const TABLE = await dataFile("duration_weights");
@@ -17,7 +18,7 @@ const BLOCK_ENDS = TABLE.ranges.map((/** @type {[number, string]} */ range) => r
 /** @type {string[]} */
 const BLOCK_SCRIPTS = TABLE.ranges.map((/** @type {[number, string]} */ range) => range[1]);
 
-export const FRAME_RATE = 25; // codes/runtime/contract/specs.py: 24,000 Hz over a hop of 960 samples
+export { FRAME_RATE };
 export const FALLBACK_REF_TEXT = "Nice to meet you.";
 export const FALLBACK_REF_FRAMES = 25;
 const SHORT_FRAMES = 50; // below this many frames, the estimate is lifted

@@ -16,9 +16,9 @@ import { UserError } from "../errors.mjs";
 import { combineText, splitNonverbal } from "../text/cleanup.mjs";
 
 // codes/runtime/contract/specs.py
-export const NUM_CODEBOOKS = 8;
-export const CODEBOOK_SIZE = 1024;
-export const AUDIO_MASK_ID = 1024;
+import { AUDIO_MASK_ID, CODEBOOK_SIZE, NUM_CODEBOOKS } from "../contract/specs.mjs";
+
+export { AUDIO_MASK_ID, CODEBOOK_SIZE, NUM_CODEBOOKS };
 
 export const DENOISE = "<|denoise|>";
 export const LANG_START = "<|lang_start|>";

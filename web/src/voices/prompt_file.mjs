@@ -18,10 +18,10 @@ import { Inflate } from "fflate";
 import { UserError } from "../errors.mjs";
 import { reprFloat, reprString, strip } from "../text/python.mjs";
 
-export const NUM_CODEBOOKS = 8;
-export const FRAME_RATE = 25;
+import { CODEBOOK_SIZE, FRAME_RATE, NUM_CODEBOOKS } from "../contract/specs.mjs";
+
+export { CODEBOOK_SIZE, NUM_CODEBOOKS };
 export const FORMAT_VERSION = 1; // upstream's _VOICE_CLONE_PROMPT_FORMAT_VERSION
-export const CODEBOOK_SIZE = 1024; // codes 0..1023; 1024 is the mask id, never in a prompt
 export const MAX_FRAMES = 10 * 60 * FRAME_RATE; // ten minutes of reference: upstream advises 3-10 s
 export const MAX_ELEMENTS = NUM_CODEBOOKS * MAX_FRAMES;
 export const MAX_PICKLE_BYTES = 1 << 20; // the dict's pickle: a transcript and a few numbers
