@@ -249,14 +249,16 @@ def test_an_items_codes_do_not_depend_on_its_batch(tts):
     np.testing.assert_array_equal(other_batch[1], alone)
 
 
-def test_only_the_backbone_s_workers_spin(tts):
+def test_only_the_backbone_s_workers_spin_and_only_while_it_runs(tts):
     """Every session has its own workers: a short graph's, left spinning after it, would take the cores the
-    backbone's next run needs (docs/DESIGN.md §spinning)."""
+    backbone's next run needs, and the backbone's, left spinning, the heads' (docs/DESIGN.md §spinning)."""
     def spins(session):
-        return session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+        options = session.get_session_options()
+        return (options.get_session_config_entry("session.intra_op.allow_spinning"),
+                options.get_session_config_entry("session.force_spinning_stop"))
 
     tts.generate("Hello.", num_step=2)  # the scoring graphs load on first use
     sessions = {**tts.sessions(), "codec decoder": tts.codec.session(HIGGS_DECODER.key)}
     assert len(sessions) >= 4
-    assert {key: spins(s) for key, s in sessions.items()} == {key: "1" if key == BACKBONE.key else "0"
+    assert {key: spins(s) for key, s in sessions.items()} == {key: ("1", "1") if key == BACKBONE.key else ("0", "0")
                                                               for key in sessions}

@@ -66,15 +66,19 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
     """threads None: ONNX Runtime's default, one intra-op thread per physical core.
 
     profile_dir: ONNX Runtime's profiler writes one JSON per session there (see end_profiling).
-    spin: let the session's idle workers spin instead of sleeping. Only the backbone does: every
-        session has its own workers, and those of a short graph would go on spinning after it,
-        taking the cores the backbone's next run needs (docs/DESIGN.md §spinning).
+    spin: let the session's idle workers spin instead of sleeping while it runs, and stop when the run
+        ends. Only the backbone does: every session has its own workers, and those of a short graph
+        would go on spinning after it, taking the cores the backbone's next run needs; the backbone's
+        would take the heads' (docs/DESIGN.md §spinning).
     """
     options = ort.SessionOptions()
     # fp16 graphs log a constant-folding warning per layer, and a failing kernel logs what its exception
     # says: run_cli reports that exception in one line.
     options.log_severity_level = 4
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    # A spinning session's workers stop when its run ends: spinning on, they took a core from the graph
+    # that ran next (the heads ran at half speed after each backbone call).
+    options.add_session_config_entry("session.force_spinning_stop", "1" if spin else "0")
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
