@@ -31,6 +31,7 @@ WEIGHTS = ("column", "tensor")
 ACTIVATIONS = ("token", "tensor", "none")
 MS_DOMAIN = "com.microsoft"
 ROW_SCALE_FLOOR = 1e-12  # an all-zero row keeps a finite scale (and quantizes to zeros)
+BLOCKED_QUANTIZE_OPSET = 21  # QuantizeLinear's block_size: a scale per row without a Div before it
 # Weights use all 8 bits: VNNI and AMX sum u8 x s8 products exactly in int32. x86 without VNNI sums pairs
 # into int16 (vpmaddubsw), which saturates once 2 x 255 x |w| passes 32767 (4x the error, measured); there
 # the runtime re-ranges the weights to +-63 at load, from the range the graph records (docs/DESIGN.md §outliers).
@@ -234,11 +235,22 @@ def _prepare_input(g: _Graph, a: str, split: np.ndarray, scheme: Int8Scheme, k: 
         nodes.append(node)
         node, prepared["row_scale"] = g.node("Mul", [peak, g.const(f"{base}/inv127", np.array(1 / 127, np.float32))], base)
         nodes.append(node)
-        node, scaled = g.node("Div", [masked, prepared["row_scale"]], base)
-        nodes.append(node)
         prepared["one"] = g.const(f"{base}/one", np.array(1.0, np.float32))
         prepared["zero_point"] = g.const(f"{base}/zero_point", np.array(128, np.uint8))
-        node, prepared["input"] = g.node("QuantizeLinear", [scaled, prepared["one"], prepared["zero_point"]], base)
+        if g.opset >= BLOCKED_QUANTIZE_OPSET:
+            # One QuantizeLinear blocked over the whole row divides each row by its own scale, with the same
+            # rounding as a Div before it: one full-size write and read fewer. Its zero point takes the
+            # scale's shape, which the tokens decide.
+            node, shape = g.node("Shape", [prepared["row_scale"]], base)
+            nodes.append(node)
+            node, row_zero_point = g.node("Expand", [prepared["zero_point"], shape], base)
+            nodes.append(node)
+            node, prepared["input"] = g.node("QuantizeLinear", [masked, prepared["row_scale"], row_zero_point], base,
+                                             axis=-1, block_size=k)
+        else:
+            node, scaled = g.node("Div", [masked, prepared["row_scale"]], base)
+            nodes.append(node)
+            node, prepared["input"] = g.node("QuantizeLinear", [scaled, prepared["one"], prepared["zero_point"]], base)
         nodes.append(node)
     return nodes, prepared
 
