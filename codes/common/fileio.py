@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,6 +19,47 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+# How many files' digests known_sha256 remembers: every graph of a few dozen builds.
+KNOWN_DIGESTS = 4096
+# A file changed this recently is hashed but not remembered: a file's times tick in steps of a few ms, so a
+# second write within the step would leave its identity as it was (git's "racily clean" files).
+SETTLED_NS = 2_000_000_000
+
+
+def known_sha256(path: str | os.PathLike) -> str:
+    """sha256_file(path), remembered in the user's cache against the file's identity (device, inode, size,
+    and modification and change times in ns), so that loading a build again does not read its gigabytes
+    again. Any write to the file, even one that puts its modification time back, moves its change time,
+    so a changed file is always hashed anew (one changed in the last SETTLED_NS is not remembered). A cache
+    that cannot be read or written is no cache."""
+    from codes.common.cache import cache_dir
+
+    stat = os.stat(path)
+    key = os.path.realpath(path)
+    identity = [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+    try:
+        store = cache_dir() / "file-digests.json"
+        known = json.loads(store.read_text(encoding="utf-8")) if store.is_file() else {}
+    except (OSError, ValueError):
+        store, known = None, {}
+    entry = known.get(key) if isinstance(known, dict) else None
+    if isinstance(entry, list) and entry[:-1] == identity:
+        return entry[-1]
+    digest = sha256_file(path)
+    if store is not None and time.time_ns() - stat.st_ctime_ns > SETTLED_NS:
+        known = known if isinstance(known, dict) else {}
+        known.pop(key, None)
+        known[key] = identity + [digest]
+        for stale in list(known)[:max(0, len(known) - KNOWN_DIGESTS)]:
+            del known[stale]
+        try:
+            with atomic_path(store) as tmp:
+                tmp.write_text(json.dumps(known), encoding="utf-8")
+        except OSError:
+            pass
+    return digest
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from codes.common.errors import UserError
-from codes.common.fileio import read_json_object, sha256_file
+from codes.common.fileio import known_sha256, read_json_object, sha256_file
 from codes.runtime.contract.specs import ASR_MANIFEST_NAME, CODEBOOK_SIZE, HOP_LENGTH, NUM_CODEBOOKS, SAMPLE_RATE
 
 MANIFEST_NAME = "omnivoice_manifest.json"
@@ -147,7 +147,7 @@ class Manifest:
             path = self.folder / name
             if not path.is_file():
                 raise UserError(f"model folder {self.folder} is missing {name}, which its manifest lists; re-copy or rebuild it")
-            if sha256_file(path) != digest:
+            if known_sha256(path) != digest:
                 raise UserError(
                     f"{path} does not match its sha256 in {MANIFEST_NAME}; the file changed after the build, "
                     "re-copy the folder or rebuild it with optimize.py"

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from codes.common.errors import UserError
-from codes.common.fileio import read_json_object, sha256_file
+from codes.common.fileio import known_sha256, read_json_object
 from codes.runtime.audio.processing import resample, to_mono
 from codes.runtime.contract.specs import ASR_MANIFEST_NAME as MANIFEST_NAME
 FORMAT = "omnivoice-onnx-asr"
@@ -326,7 +326,7 @@ class WhisperModel:
                 path = self.folder / entry[key]
                 if not path.is_file():
                     raise UserError(f"{path} is missing; rebuild it with optimize.py {self.REBUILD}")
-                if check_hashes and sha256_file(path) != entry[f"{key}_sha256" if key == "data" else "sha256"]:
+                if check_hashes and known_sha256(path) != entry[f"{key}_sha256" if key == "data" else "sha256"]:
                     raise UserError(f"{path} does not match its sha256 in {MANIFEST_NAME}; rebuild with {self.REBUILD}")
         self.features = manifest["features"]
         self.generation = manifest["generation"]
