@@ -45,8 +45,10 @@ def upstream_dtypes(flags: frozenset[str] | None = None) -> list[str]:
     return ["fp32"] + (["bf16"] if any(flag in flags for flag in NATIVE_BF16_FLAGS) else [])
 
 
-def ours_command(build: Path, threads: int, seconds: float, steps: int, output: Path) -> list[str]:
-    return [sys.executable, str(ROOT / "inference.py"), "--model_dir", str(build), "--text", TEXT, "--language",
+def ours_command(build: Path, threads: int, seconds: float, steps: int, output: Path,
+                 checkout: Path = ROOT) -> list[str]:
+    """inference.py of `checkout` (this one, or another commit's worktree) speaking with `build`."""
+    return [sys.executable, str(checkout / "inference.py"), "--model_dir", str(build), "--text", TEXT, "--language",
             "en", "--duration", str(seconds), "--num_steps", str(steps), "--threads", str(threads), "--output",
             str(output)]
 
@@ -55,8 +57,8 @@ def upstream_command(checkpoint: Path, dtype: str, threads: int, seconds: float,
     return [sys.executable, "-c", UPSTREAM, str(checkpoint), dtype, str(threads), TEXT, str(seconds), str(steps)]
 
 
-def _run(command: list[str]) -> subprocess.CompletedProcess:
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+def _run(command: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise UserError(f"{Path(command[1]).name if command[1] != '-c' else 'upstream generate'} failed: {tail}")
@@ -64,20 +66,26 @@ def _run(command: list[str]) -> subprocess.CompletedProcess:
 
 
 def measure(builds: list[Path], checkpoint: Path | None, threads: int, seconds: float, steps: int, rounds: int,
-            work: Path, log=print) -> dict:
+            work: Path, log=print, first_checkout: Path | None = None) -> dict:
     """Fastest seconds of each build's whole process and of upstream's generate per dtype, over `rounds`
-    interleaved rounds."""
+    interleaved rounds. first_checkout: run the first build with that checkout's inference.py (an older
+    commit's worktree: its build as that commit ran it)."""
     for build in builds:
         if not (build / "omnivoice_manifest.json").is_file():
             raise UserError(f"{build} has no omnivoice_manifest.json; pass a folder optimize.py built")
+    if first_checkout is not None and not (first_checkout / "inference.py").is_file():
+        raise UserError(f"{first_checkout} has no inference.py; pass a checkout (git worktree add DIR COMMIT)")
+    checkouts = [first_checkout or ROOT] + [ROOT] * (len(builds) - 1)
+    keys = [f"ours:{build}" + (f"@{checkout}" if checkout != ROOT else "") for build, checkout in zip(builds, checkouts)]
     work.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[float]] = {}
     for round_ in range(rounds):
-        for i, build in enumerate(builds):
+        for i, (build, checkout, key) in enumerate(zip(builds, checkouts, keys)):
             start = time.perf_counter()
-            _run(ours_command(build, threads, seconds, steps, work / f"ours{i}.wav"))
-            runs.setdefault(f"ours:{build}", []).append(time.perf_counter() - start)
-            log(f"round {round_ + 1}: {build.name} {runs[f'ours:{build}'][-1]:.2f} s")
+            _run(ours_command(build.resolve(), threads, seconds, steps, (work / f"ours{i}.wav").resolve(), checkout),
+                 cwd=checkout)
+            runs.setdefault(key, []).append(time.perf_counter() - start)
+            log(f"round {round_ + 1}: {key[5:]} {runs[key][-1]:.2f} s")
         for dtype in upstream_dtypes() if checkpoint is not None else []:
             done = _run(upstream_command(checkpoint, dtype, threads, seconds, steps))
             runs.setdefault(f"upstream:{dtype}", []).append(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
@@ -100,8 +108,13 @@ def page(data: dict, machine_line: str, command: str) -> list[str]:
              " | against ".join(f"upstream {key.split(':')[1]}" for key in upstream) + " |",
              "|---|---|---|" + "---|" * len(upstream)]
     for key in ours + upstream:
-        name = f"`{Path(key.split(':', 1)[1]).name}`, whole process" if key in ours else f"upstream {key.split(':')[1]}, generate alone"
+        name = _ours_name(key) if key in ours else f"upstream {key.split(':')[1]}, generate alone"
         cells = [f"{runs[base] / runs[key]:.2f}x"] + [f"{runs[other] / runs[key]:.2f}x" for other in upstream]
         lines.append(f"| {name} | {runs[key]:.2f} | " + " | ".join(cells) + " |")
     lines += ["", "A ratio is how many times faster the row is than the column's run (above 1: faster)."]
     return lines
+
+
+def _ours_name(key: str) -> str:
+    build, _, checkout = key.split(":", 1)[1].partition("@")
+    return f"`{Path(build).name}`, whole process" + (f", run by the checkout {checkout}" if checkout else "")

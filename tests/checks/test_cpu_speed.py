@@ -4,10 +4,13 @@ interleaved, on a page that names the CPU. (No timing assertion: speeds are what
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from codes.checks.cpu_speed import upstream_dtypes
 from helpers.scripts import run_script
 from helpers.synthesis_inputs import FP32_BUILD
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_upstream_runs_in_bf16_only_where_the_cpu_multiplies_bf16():
@@ -37,3 +40,22 @@ def test_a_folder_that_is_not_a_build_is_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"error: {tmp_path} has no omnivoice_manifest.json; pass a folder optimize.py built"]
     assert not (tmp_path / "page.md").exists()
+
+
+def test_the_first_build_runs_with_the_checkout_it_is_compared_as(builds, tmp_path):
+    """An older commit's build is timed as that commit ran it: its own checkout's inference.py."""
+    folder = builds.get(*FP32_BUILD)
+    old = tmp_path / "old"
+    old.symlink_to(ROOT)  # a second checkout: any path with an inference.py
+    out = tmp_path / "speed.md"
+    result = run_script("bench/cpu_speed.py", "--builds", folder, folder, "--first_checkout", old, "--seconds", "2",
+                        "--num_steps", "2", "--rounds", "1", "--work", tmp_path / "work", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert set(json.loads(out.with_suffix(".json").read_text())["runs"]) == {f"ours:{folder}@{old}", f"ours:{folder}"}
+    assert f"`{folder.name}`, whole process, run by the checkout {old}" in out.read_text()
+
+    result = run_script("bench/cpu_speed.py", "--builds", folder, "--first_checkout", tmp_path / "work",
+                        "--out", tmp_path / "other.md")
+    assert result.returncode == 2 and not (tmp_path / "other.md").exists()
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'work'} has no inference.py; pass a checkout (git worktree add DIR COMMIT)"]
