@@ -91,7 +91,14 @@ def measure(builds: list[Path], checkpoint: Path | None, threads: int, seconds: 
             runs.setdefault(f"upstream:{dtype}", []).append(json.loads(done.stdout.strip().splitlines()[-1])["seconds"])
             log(f"round {round_ + 1}: upstream {dtype} {runs[f'upstream:{dtype}'][-1]:.2f} s")
     return {"threads": threads, "seconds": seconds, "steps": steps, "rounds": rounds, "text": TEXT,
-            "checkpoint": str(checkpoint) if checkpoint else None, "runs": runs}
+            "checkpoint": str(checkpoint) if checkpoint else None, "runs": runs,
+            "checkouts": {str(first_checkout): checkout_commit(first_checkout)} if first_checkout else {}}
+
+
+def checkout_commit(checkout: Path) -> str | None:
+    """The commit a checkout has out (None: not a git checkout)."""
+    done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def page(data: dict, machine_line: str, command: str) -> list[str]:
@@ -108,13 +115,14 @@ def page(data: dict, machine_line: str, command: str) -> list[str]:
              " | against ".join(f"upstream {key.split(':')[1]}" for key in upstream) + " |",
              "|---|---|---|" + "---|" * len(upstream)]
     for key in ours + upstream:
-        name = _ours_name(key) if key in ours else f"upstream {key.split(':')[1]}, generate alone"
+        name = _ours_name(key, data.get("checkouts", {})) if key in ours else f"upstream {key.split(':')[1]}, generate alone"
         cells = [f"{runs[base] / runs[key]:.2f}x"] + [f"{runs[other] / runs[key]:.2f}x" for other in upstream]
         lines.append(f"| {name} | {runs[key]:.2f} | " + " | ".join(cells) + " |")
     lines += ["", "A ratio is how many times faster the row is than the column's run (above 1: faster)."]
     return lines
 
 
-def _ours_name(key: str) -> str:
+def _ours_name(key: str, commits: dict[str, str | None]) -> str:
     build, _, checkout = key.split(":", 1)[1].partition("@")
-    return f"`{Path(build).name}`, whole process" + (f", run by the checkout {checkout}" if checkout else "")
+    by = f", run by {commits[checkout]}'s checkout" if commits.get(checkout) else f", run by the checkout {checkout}"
+    return f"`{Path(build).name}`, whole process" + (by if checkout else "")
