@@ -98,7 +98,9 @@ def measure(builds: list[Path], checkpoint: Path | None, threads: int, seconds: 
 def checkout_commit(checkout: Path) -> str | None:
     """The commit a checkout has out (None: not a git checkout)."""
     done = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
 
 
 def page(data: dict, machine_line: str, command: str) -> list[str]:
