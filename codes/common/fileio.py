@@ -28,30 +28,36 @@ KNOWN_DIGESTS = 4096
 SETTLED_NS = 2_000_000_000
 
 
-def known_sha256(path: str | os.PathLike) -> str:
-    """sha256_file(path), remembered in the user's cache against the file's identity (device, inode, size,
-    and modification and change times in ns), so that loading a build again does not read its gigabytes
-    again. Any write to the file, even one that puts its modification time back, moves its change time,
-    so a changed file is always hashed anew (one changed in the last SETTLED_NS is not remembered). A cache
-    that cannot be read or written is no cache."""
+def known_sha256(paths: list[str | os.PathLike]) -> list[str]:
+    """sha256_file of each path, remembered in the user's cache against the file's identity (device, inode,
+    size, and modification and change times in ns), so that loading a build again does not read its
+    gigabytes again. Any write to a file, even one that puts its modification time back, moves its change
+    time, so a changed file is always hashed anew (one changed in the last SETTLED_NS is not remembered).
+    The cache is read and written once a call; one that cannot be read or written is no cache."""
     from codes.common.cache import cache_dir
 
-    stat = os.stat(path)
-    key = os.path.realpath(path)
-    identity = [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
     try:
         store = cache_dir() / "file-digests.json"
         known = json.loads(store.read_text(encoding="utf-8")) if store.is_file() else {}
     except (OSError, ValueError):
         store, known = None, {}
-    entry = known.get(key) if isinstance(known, dict) else None
-    if isinstance(entry, list) and entry[:-1] == identity:
-        return entry[-1]
-    digest = sha256_file(path)
-    if store is not None and time.time_ns() - stat.st_ctime_ns > SETTLED_NS:
-        known = known if isinstance(known, dict) else {}
-        known.pop(key, None)
-        known[key] = identity + [digest]
+    known = known if isinstance(known, dict) else {}
+    digests, learned = [], {}
+    for path in paths:
+        stat = os.stat(path)
+        key = os.path.realpath(path)
+        identity = [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+        entry = known.get(key)
+        if isinstance(entry, list) and entry[:-1] == identity:
+            digests.append(entry[-1])
+            continue
+        digests.append(sha256_file(path))
+        if time.time_ns() - stat.st_ctime_ns > SETTLED_NS:
+            learned[key] = identity + [digests[-1]]
+    if store is not None and learned:
+        for key in learned:
+            known.pop(key, None)
+        known.update(learned)
         for stale in list(known)[:max(0, len(known) - KNOWN_DIGESTS)]:
             del known[stale]
         try:
@@ -59,7 +65,7 @@ def known_sha256(path: str | os.PathLike) -> str:
                 tmp.write_text(json.dumps(known), encoding="utf-8")
         except OSError:
             pass
-    return digest
+    return digests
 
 
 @contextmanager

@@ -48,22 +48,22 @@ def test_a_remembered_digest_is_trusted_only_while_the_file_is_unchanged(tmp_pat
     store = tmp_path / "cache" / "file-digests.json"
 
     # Written just now: hashed, not remembered (a second write in the same tick would keep its times).
-    assert known_sha256(graph) == hashlib.sha256(graph.read_bytes()).hexdigest()
+    assert known_sha256([graph])[0] == hashlib.sha256(graph.read_bytes()).hexdigest()
     assert not store.exists() or str(graph.resolve()) not in json.loads(store.read_text())
 
     monkeypatch.setattr(fileio, "SETTLED_NS", 50_000_000)  # past any tick of the file's times
     while time.time_ns() - graph.stat().st_ctime_ns <= fileio.SETTLED_NS:
         time.sleep(0.01)
-    assert known_sha256(graph) == hashlib.sha256(graph.read_bytes()).hexdigest()
+    assert known_sha256([graph])[0] == hashlib.sha256(graph.read_bytes()).hexdigest()
     known = json.loads(store.read_text())
     known[str(graph.resolve())][-1] = "remembered"
     store.write_text(json.dumps(known))
-    assert known_sha256(graph) == "remembered"  # unchanged: not read again
+    assert known_sha256([graph])[0] == "remembered"  # unchanged: not read again
 
     times = graph.stat()
     graph.write_bytes(b"WEIGHTS" * 1000)  # same size, modification time put back: the change time moves
     os.utime(graph, ns=(times.st_atime_ns, times.st_mtime_ns))
-    assert known_sha256(graph) == hashlib.sha256(b"WEIGHTS" * 1000).hexdigest()
+    assert known_sha256([graph])[0] == hashlib.sha256(b"WEIGHTS" * 1000).hexdigest()
 
     store.write_text("not json")
-    assert known_sha256(graph) == hashlib.sha256(b"WEIGHTS" * 1000).hexdigest()
+    assert known_sha256([graph])[0] == hashlib.sha256(b"WEIGHTS" * 1000).hexdigest()

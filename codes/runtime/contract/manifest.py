@@ -143,11 +143,13 @@ class Manifest:
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def verify_hashes(self) -> None:
-        for name, digest in self.data.get("files", {}).items():
-            path = self.folder / name
-            if not path.is_file():
+        files = self.data.get("files", {})
+        for name in files:
+            if not (self.folder / name).is_file():
                 raise UserError(f"model folder {self.folder} is missing {name}, which its manifest lists; re-copy or rebuild it")
-            if known_sha256(path) != digest:
+        paths = [self.folder / name for name in files]
+        for path, digest, found in zip(paths, files.values(), known_sha256(paths)):
+            if found != digest:
                 raise UserError(
                     f"{path} does not match its sha256 in {MANIFEST_NAME}; the file changed after the build, "
                     "re-copy the folder or rebuild it with optimize.py"

@@ -319,6 +319,7 @@ class WhisperModel:
             raise UserError(f"provider {provider!r} is not supported; use cpu or cuda")
         self.manifest = manifest
         files = {**manifest["graphs"], **manifest["files"]}
+        expected: dict[Path, str] = {}
         for name, entry in files.items():
             for key in ("file", "data"):
                 if entry.get(key) is None:
@@ -326,7 +327,10 @@ class WhisperModel:
                 path = self.folder / entry[key]
                 if not path.is_file():
                     raise UserError(f"{path} is missing; rebuild it with optimize.py {self.REBUILD}")
-                if check_hashes and known_sha256(path) != entry[f"{key}_sha256" if key == "data" else "sha256"]:
+                expected[path] = entry[f"{key}_sha256" if key == "data" else "sha256"]
+        if check_hashes:
+            for (path, digest), found in zip(expected.items(), known_sha256(list(expected))):
+                if found != digest:
                     raise UserError(f"{path} does not match its sha256 in {MANIFEST_NAME}; rebuild with {self.REBUILD}")
         self.features = manifest["features"]
         self.generation = manifest["generation"]
