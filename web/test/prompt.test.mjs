@@ -11,8 +11,8 @@ import { test } from "node:test";
 import { UserError } from "../src/errors.mjs";
 import { settle } from "../src/request.mjs";
 import { TextTokenizer } from "../src/text/tokenizer.mjs";
-import { AUDIO_MASK_ID, NUM_CODEBOOKS, buildCfgBatch, buildPrompt, checkRefCodes, promptBatch, textTokenIds }
-  from "../src/voices/prompt.mjs";
+import { AUDIO_MASK_ID, NUM_CODEBOOKS } from "../src/contract/specs.mjs";
+import { buildCfgBatch, buildPrompt, checkRefCodes, promptBatch, textTokenIds } from "../src/voices/prompt.mjs";
 import { differences, vector } from "./vectors.mjs";
 
 const FOLDER = process.env.OMNIVOICE_TOKENIZER_DIR;

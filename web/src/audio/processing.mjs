@@ -9,10 +9,8 @@
  */
 import { UserError } from "../errors.mjs";
 import { pairwiseSum } from "../model/decoding.mjs"; // numpy's float32 sum
-
 import { HOP_LENGTH, SAMPLE_RATE } from "../contract/specs.mjs";
 
-export { HOP_LENGTH, SAMPLE_RATE };
 export const REF_RMS_FLOOR = 0.1; // quieter references are raised to this RMS, and the output lowered to match
 export const PEAK_WITHOUT_REFERENCE = 0.5;
 export const LONG_REFERENCE_S = 20.0;

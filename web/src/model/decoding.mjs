@@ -41,7 +41,6 @@ import { RandomNoise } from "./noise.mjs";
 
 import { AUDIO_MASK_ID, NUM_CODEBOOKS } from "../contract/specs.mjs";
 
-export { AUDIO_MASK_ID };
 export const TOP_K_RATIO = 0.1; // class sampling keeps this share of the vocabulary
 const GUMBEL_EPS = Math.fround(1e-10);
 const f32 = Math.fround;

@@ -18,8 +18,6 @@ import { combineText, splitNonverbal } from "../text/cleanup.mjs";
 // codes/runtime/contract/specs.py
 import { AUDIO_MASK_ID, CODEBOOK_SIZE, NUM_CODEBOOKS } from "../contract/specs.mjs";
 
-export { AUDIO_MASK_ID, CODEBOOK_SIZE, NUM_CODEBOOKS };
-
 export const DENOISE = "<|denoise|>";
 export const LANG_START = "<|lang_start|>";
 export const LANG_END = "<|lang_end|>";
