@@ -16,7 +16,6 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from codes.export.manifest_write import write_manifest
 from codes.export.olive_build import olive_export
 from codes.export.onnx_io import files_of, graph_io
 from codes.export.profiles import Profile
-from codes.export.staging import PREVIOUS, make_staging, remove_stale
+from codes.export.staging import PREVIOUS, WORK, make_staging, remove_stale
 from codes.export.submodels import BACKBONE_GRAPHS, CODEC_GRAPHS, SCORING_GRAPHS
 from codes.runtime.contract import specs
 from codes.runtime.contract.manifest import CODEC_KIND, FORMAT, MANIFEST_NAME
@@ -208,7 +207,8 @@ def build(request: BuildRequest) -> Path:
 
     remove_stale(parent, request.log)
     staging, staging_lock = make_staging(parent, output.name)
-    work = Path(tempfile.mkdtemp(prefix="omnivoice-onnx-work-"))
+    work = staging / WORK  # inside the staging folder, so a killed build's scratch goes with it
+    work.mkdir()
     try:
         if request.lora is not None:
             from codes.export.lora import merge_adapter
@@ -257,11 +257,11 @@ def build(request: BuildRequest) -> Path:
             write_manifest(staging, body, backbone_files, json.loads((staging / MANIFEST_NAME).read_text())["files"])
         written = backbone_files + codec_files + asr_files + aligner_files + [MANIFEST_NAME]
         _check_collisions(output, written, previous, request.overwrite)
+        shutil.rmtree(work)  # a build killed while installing keeps its staging folder: not the scratch too
         _install(staging, output, written, _stale(previous, written, request))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         staging_lock.close()
-        shutil.rmtree(work, ignore_errors=True)
     return output
 
 

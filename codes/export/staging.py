@@ -19,6 +19,7 @@ from pathlib import Path
 BUILDER = ".builder"
 PATTERN = ".*.building-*"  # any output's staging folder: .<output>.building-<random>
 PREVIOUS = ".previous"  # where installing moves the files it replaces, until the build is in place
+WORK = ".work"  # the build's scratch (Olive's runs, merged or smoothed checkpoints): removed with its staging folder
 
 
 def make_staging(parent: Path, output_name: str) -> tuple[Path, object]:

@@ -363,6 +363,7 @@ def test_a_killed_rebuild_leaves_the_old_build_loadable(builds, tmp_path):
 def test_the_next_build_removes_a_killed_builds_staging_folder(tmp_path):
     (left,) = _kill_build_once(tmp_path / "killed", "*.onnx")  # mid-build: graphs already staged
     assert (left / ".builder").is_file()
+    assert (left / ".work").is_dir()  # its scratch is in the staging folder, not left behind in the system's temp
     built = run_main("optimize.py", "--model", "tiny-random", "--device", "cpu_fp32", "--output", tmp_path / "next",
                      check=True)  # another output's build: any staging folder in the parent is checked
     assert not left.exists()
