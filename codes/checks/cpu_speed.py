@@ -9,6 +9,7 @@ interleaved round by round, so a busy spell of the host falls on all of them ali
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,11 +17,13 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.isa import cpu_flags
+from codes.runtime.contract.fused_attention import KEEP, SWITCH
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ("The committee will meet again next Thursday to review the budget, the schedule, and the remaining "
         "open questions.")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+ONNX_ATTENTION = "#onnx-attention"  # a run key's mark: the build run with ONNX Runtime's own attention
 
 # Upstream's generate, timed alone: the model loads first, the clock covers only generate.
 UPSTREAM = """
@@ -57,8 +60,8 @@ def upstream_command(checkpoint: Path, dtype: str, threads: int, seconds: float,
     return [sys.executable, "-c", UPSTREAM, str(checkpoint), dtype, str(threads), TEXT, str(seconds), str(steps)]
 
 
-def _run(command: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+def _run(command: list[str], cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise UserError(f"{Path(command[1]).name if command[1] != '-c' else 'upstream generate'} failed: {tail}")
@@ -66,24 +69,29 @@ def _run(command: list[str], cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 def measure(builds: list[Path], checkpoint: Path | None, threads: int, seconds: float, steps: int, rounds: int,
-            work: Path, log=print, first_checkout: Path | None = None) -> dict:
+            work: Path, log=print, first_checkout: Path | None = None, onnx_attention: bool = False) -> dict:
     """Fastest seconds of each build's whole process and of upstream's generate per dtype, over `rounds`
     interleaved rounds. first_checkout: run the first build with that checkout's inference.py (an older
-    commit's worktree: its build as that commit ran it)."""
+    commit's worktree: its build as that commit ran it). onnx_attention: each build this checkout runs also
+    runs with ONNX Runtime's own attention (OMNIVOICE_ONNX_ATTENTION=onnx), beside the fused kernel."""
     for build in builds:
         if not (build / "omnivoice_manifest.json").is_file():
             raise UserError(f"{build} has no omnivoice_manifest.json; pass a folder optimize.py built")
     if first_checkout is not None and not (first_checkout / "inference.py").is_file():
         raise UserError(f"{first_checkout} has no inference.py; pass a checkout (git worktree add DIR COMMIT)")
     checkouts = [first_checkout or ROOT] + [ROOT] * (len(builds) - 1)
-    keys = [f"ours:{build}" + (f"@{checkout}" if checkout != ROOT else "") for build, checkout in zip(builds, checkouts)]
+    rows = [(build, checkout, f"ours:{build}" + (f"@{checkout}" if checkout != ROOT else ""), None)
+            for build, checkout in zip(builds, checkouts)]
+    if onnx_attention:
+        rows += [(build, ROOT, f"ours:{build}{ONNX_ATTENTION}", {SWITCH: KEEP})
+                 for build, checkout in zip(builds, checkouts) if checkout == ROOT]
     work.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[float]] = {}
     for round_ in range(rounds):
-        for i, (build, checkout, key) in enumerate(zip(builds, checkouts, keys)):
+        for i, (build, checkout, key, env) in enumerate(rows):
             start = time.perf_counter()
             _run(ours_command(build.resolve(), threads, seconds, steps, (work / f"ours{i}.wav").resolve(), checkout),
-                 cwd=checkout)
+                 cwd=checkout, env=env)
             runs.setdefault(key, []).append(time.perf_counter() - start)
             log(f"round {round_ + 1}: {key[5:]} {runs[key][-1]:.2f} s")
         for dtype in upstream_dtypes() if checkpoint is not None else []:
@@ -125,6 +133,8 @@ def page(data: dict, machine_line: str, command: str) -> list[str]:
 
 
 def _ours_name(key: str, commits: dict[str, str | None]) -> str:
-    build, _, checkout = key.split(":", 1)[1].partition("@")
+    name, onnx_attention = key.removesuffix(ONNX_ATTENTION), key.endswith(ONNX_ATTENTION)
+    build, _, checkout = name.split(":", 1)[1].partition("@")
     by = f", run by {commits[checkout]}'s checkout" if commits.get(checkout) else f", run by the checkout {checkout}"
-    return f"`{Path(build).name}`, whole process" + (by if checkout else "")
+    return (f"`{Path(build).name}`, whole process" + (by if checkout else "")
+            + (f", ONNX Runtime's attention (`{SWITCH}={KEEP}`)" if onnx_attention else ""))

@@ -27,13 +27,15 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from codes.runtime.contract import fused_attention
+
 MS_DOMAIN = "com.microsoft"
 
 # Op classes of the step: how an op's time is judged.
 INT8_GEMM_OPS = {"DynamicQuantizeMatMul", "MatMulIntegerToFloat", "MatMulInteger", "DynamicQuantizeLinear"}
 NBITS_GEMM_OPS = {"MatMulNBits"}
 FLOAT_GEMM_OPS = {"MatMul", "FusedMatMul", "Gemm"}
-ATTENTION_OPS = {"GroupQueryAttention", "MultiHeadAttention", "Attention"}
+ATTENTION_OPS = {"GroupQueryAttention", "MultiHeadAttention", "Attention", fused_attention.OP}
 CLASSES = ("int8 GEMM", "n-bit GEMM", "fp32 GEMM", "attention", "the rest")  # n-bit: MatMulNBits
 GEMM_CLASSES = CLASSES[:3]
 
@@ -171,6 +173,15 @@ def gqa_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool
     return _model([node], inputs, outputs, inits), feeds
 
 
+def fused_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool):
+    """gqa_graph with the fused kernel in its place, as the runtime swaps it in (contract/fused_attention.py)."""
+    model, feeds = gqa_graph(seq, num_heads, kv_heads, head_dim, bias)
+    del model.graph.output[1:]  # the present key and value: read by nothing, and the kernel has none
+    if not fused_attention.rewrite(model):
+        raise RuntimeError("the fused kernel's rewrite did not take GroupQueryAttention as the backbone calls it")
+    return model, feeds
+
+
 def mha_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bool):
     """MultiHeadAttention with the key/value heads repeated to the query heads (it has no grouping) and
     no rotary step (it would take a node of its own): a slightly generous ceiling."""
@@ -271,7 +282,8 @@ def attention_kernels(num_heads: int, kv_heads: int, head_dim: int):
         ("MultiHeadAttention, no bias, no rotary", make(mha_graph, False)),
         ("int8 Q·Kᵀ, fp32 P·V, ops + bias, no rotary", make(int8_attention_graph, True)),
         ("int8 Q·Kᵀ and P·V, ops + bias, no rotary", make(int8_attention_graph, True, int8_values=True)),
-    )
+    ) + ((("fused kernel + bias (ours: int8 Q·Kᵀ, bf16 P·V)", make(fused_graph, True)),)
+         if fused_attention.why_not("int8") is None else ())
 
 
 # --- timing --------------------------------------------------------------------------------------------
@@ -283,6 +295,8 @@ def session_for(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    if any(opset.domain == fused_attention.DOMAIN for opset in model.opset_import):
+        options.register_custom_ops_library(str(fused_attention.LIBRARY))
     return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
 
 

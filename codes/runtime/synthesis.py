@@ -83,10 +83,13 @@ class OmniVoiceOnnx:
         # Two at a time: ONNX Runtime and tokenizers let the GIL go while they load (a full-size build's
         # sessions and tokenizer in 0.7-1.1 s against 1.3 s one after another, on 2 cores).
         with ThreadPoolExecutor(max_workers=2) as loading:
+            own = backbone is None  # a build's own backbone: its precision decides its attention kernel
             backbone_loaded = loading.submit(
                 open_backbone, Path(backbone) if backbone else self.manifest.path_of(specs.BACKBONE.key),
                 self.provider, threads, profile_dir,
-                probe=backbone is not None or self.manifest.attention != "bidirectional")
+                probe=backbone is not None or self.manifest.attention != "bidirectional",
+                precision=self.manifest.graph_precision.get("llm") if own else None,
+                head_dim=(self.manifest.data.get("model") or {}).get("head_dim") if own else None)
             embeddings_loaded, heads_loaded = (
                 loading.submit(make_session, self.manifest.path_of(spec.key), self.provider, threads, profile_dir)
                 for spec in (specs.EMBEDDINGS, specs.HEADS))
@@ -99,6 +102,7 @@ class OmniVoiceOnnx:
                 if step == "device" and has_scoring else {})
         # The provider's name (cpu, cuda) is the ONNX Runtime device a step's tensors are left on.
         self.forward = StepForward(embeddings, backbone_runner, heads, glue, self.provider, self.timings)
+        self.attention_kernel = backbone_runner.session.attention  # "fused" or "onnx" (contract/fused_attention.py)
         # What the folder allows of what was asked: the device needs glue and scoring graphs that fit,
         # the graph path scoring graphs (published folders have neither).
         self.step = ("device" if self.forward.on_device else "graph") if step != "numpy" and has_scoring else "numpy"

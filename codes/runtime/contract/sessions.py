@@ -13,6 +13,7 @@ import onnxruntime as ort
 
 from codes.common.errors import GraphFailed, UserError
 from codes.common.isa import FULL_RANGE, int8_weight_levels
+from codes.runtime.contract import fused_attention
 from codes.runtime.contract.int8_weights import reranged_weights
 from codes.runtime.contract.probe import CAUSAL_ADVICE, probe_bidirectional
 
@@ -56,13 +57,25 @@ def make_session(path: Path, provider: str = "cpu", threads: int | None = None,
 
 
 def backbone_session(path: Path, provider: str = "cpu", threads: int | None = None,
-                     profile_dir: Path | None = None) -> ort.InferenceSession:
-    """A backbone graph's session: the one whose workers spin (see open_session)."""
+                     profile_dir: Path | None = None, precision: str | None = None,
+                     head_dim: int | None = None) -> ort.InferenceSession:
+    """A backbone graph's session: the one whose workers spin (see open_session). A build's own backbone names its
+    precision and head size: a quantized one runs the fused attention where this CPU has it (fused_attention.py)."""
+    graph = None
+    if precision is not None and head_dim is not None and provider == "cpu":
+        if fused_attention.why_not(precision) is None:
+            graph = fused_attention.fused_graph(Path(path), head_dim)
+    if graph is not None:
+        try:
+            return open_session(path, providers_for(provider), threads, profile_dir, spin=True, graph=graph)
+        except UserError as exc:  # the library would not load here: ONNX Runtime's own attention still runs
+            print(f"note: the fused attention kernel did not load ({exc}); using ONNX Runtime's attention",
+                  file=sys.stderr)
     return make_session(path, provider, threads, profile_dir, spin=True)
 
 
 def open_session(path: Path, providers: list[str] | None = None, threads: int | None = None,
-                 profile_dir: Path | None = None, spin: bool = False) -> ort.InferenceSession:
+                 profile_dir: Path | None = None, spin: bool = False, graph: bytes | None = None) -> ort.InferenceSession:
     """threads None: ONNX Runtime's default, one intra-op thread per physical core.
 
     profile_dir: ONNX Runtime's profiler writes one JSON per session there (see end_profiling).
@@ -70,6 +83,8 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
         ends. Only the backbone does: every session has its own workers, and those of a short graph
         would go on spinning after it, taking the cores the backbone's next run needs; the backbone's
         would take the heads' (docs/DESIGN.md §spinning).
+    graph: the graph at `path` as changed in memory (fused_attention.fused_graph), run with the fused attention
+        library; its weights are still read from path's folder.
     """
     options = ort.SessionOptions()
     # fp16 graphs log a constant-folding warning per layer, and a failing kernel logs what its exception
@@ -86,14 +101,20 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(profile_dir) / Path(path).stem)
     providers = providers or ["CPUExecutionProvider"]
+    if graph is not None:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(Path(path).parent))
     try:
+        if graph is not None:
+            options.register_custom_ops_library(str(fused_attention.LIBRARY))
         # int8 weights this CPU's kernels would saturate on, re-ranged (codes/runtime/contract/int8_weights.py);
         # the arrays must outlive the session, which holds them without a copy.
         overrides = fit_int8_weights(options, path) if providers[0] == "CPUExecutionProvider" else []
-        session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+        session = ort.InferenceSession(graph if graph is not None else str(path), sess_options=options,
+                                       providers=providers)
     except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs
         raise UserError(f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}") from None
     session.reranged_int8 = overrides  # kept alive with the session; empty where the weights fit as built
+    session.attention = "fused" if graph is not None else "onnx"  # the attention kernel it runs
     return session
 
 
@@ -160,12 +181,14 @@ class BackboneRunner:
 
 
 def open_backbone(path: Path, provider: str = "cpu", threads: int | None = None, profile_dir: Path | None = None,
-                  probe: bool = False) -> BackboneRunner:
+                  probe: bool = False, precision: str | None = None, head_dim: int | None = None) -> BackboneRunner:
     """The backbone graph at `path`, refused in one line if it is causal. `probe`: also run the
-    bidirectionality probe (a few positions, milliseconds), for graphs no build of ours vouches for."""
+    bidirectionality probe (a few positions, milliseconds), for graphs no build of ours vouches for.
+    precision, head_dim: a build's own backbone's (see backbone_session)."""
     if not Path(path).is_file():
         raise UserError(f"backbone graph {path} does not exist; pass an .onnx file with --backbone")
-    runner = BackboneRunner(backbone_session(Path(path), provider, threads, profile_dir), name=str(path))
+    runner = BackboneRunner(backbone_session(Path(path), provider, threads, profile_dir, precision, head_dim),
+                            name=str(path))
     if probe and not probe_bidirectional(runner).bidirectional:
         raise UserError(f"{path} is causal: changing the last position leaves earlier ones unchanged; {CAUSAL_ADVICE}")
     return runner
