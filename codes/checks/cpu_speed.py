@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -121,15 +122,23 @@ def page(data: dict, machine_line: str, command: str) -> list[str]:
              f"A {data['seconds']:g} s utterance at {data['steps']} steps (\"{data['text']}\"). Ours: `inference.py` "
              "as a whole process (load, steps, codec, the WAV written). Upstream: `generate` alone, the model "
              f"loaded first. Fastest of {data['rounds']} interleaved rounds (all runs in the .json).", "",
-             "| what | seconds | against the first build | against " +
+             "| what | seconds | against the first build | the same, median of the rounds | against " +
              " | against ".join(f"upstream {key.split(':')[1]}" for key in upstream) + " |",
-             "|---|---|---|" + "---|" * len(upstream)]
+             "|---|---|---|---|" + "---|" * len(upstream)]
     for key in ours + upstream:
         name = _ours_name(key, data.get("checkouts", {})) if key in ours else f"upstream {key.split(':')[1]}, generate alone"
-        cells = [f"{runs[base] / runs[key]:.2f}x"] + [f"{runs[other] / runs[key]:.2f}x" for other in upstream]
+        cells = ([f"{runs[base] / runs[key]:.2f}x", f"{round_ratio(data['runs'][base], data['runs'][key]):.2f}x"]
+                 + [f"{runs[other] / runs[key]:.2f}x" for other in upstream])
         lines.append(f"| {name} | {runs[key]:.2f} | " + " | ".join(cells) + " |")
-    lines += ["", "A ratio is how many times faster the row is than the column's run (above 1: faster)."]
+    lines += ["", "A ratio is how many times faster the row is than the column's run (above 1: faster). The median "
+              "of the rounds takes each round's ratio of the two runs it interleaved, so a slow spell of the host "
+              "that falls on one round weighs on neither side alone."]
     return lines
+
+
+def round_ratio(base: list[float], other: list[float]) -> float:
+    """The median over rounds of base's seconds over other's, each round's two runs side by side."""
+    return statistics.median(b / o for b, o in zip(base, other))
 
 
 def _ours_name(key: str, commits: dict[str, str | None]) -> str:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from codes.checks import roofline
 from codes.checks.results_page import machine, machine_line, write_page
 from codes.checks.workloads import WORKLOADS, Case
 from codes.common.errors import UserError, run_cli
+from codes.runtime.contract.fused_attention import KEEP, SWITCH
 from codes.runtime.contract.manifest import read_manifest
 from codes.runtime.contract.specs import BACKBONE
 
@@ -49,6 +52,9 @@ def step_gemm_shapes(step_ops) -> set[tuple[int, int, int]]:
 def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     parser.add_argument("--model_dir", type=Path, required=True, help="the build whose step is measured")
     parser.add_argument("--compare", type=Path, nargs="*", default=[], help="other builds' steps, side by side")
+    parser.add_argument("--onnx_attention", action="store_true",
+                        help="also profile --model_dir's step with ONNX Runtime's own attention "
+                             "(OMNIVOICE_ONNX_ATTENTION=onnx), beside the fused kernel")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--m", type=int, nargs="+", default=[70, 100, 250, 300, 600],
                         help="GEMM rows (tokens) to measure the kernels at, besides the step's own")
@@ -60,17 +66,36 @@ def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@contextmanager
+def environment(values: dict):
+    """os.environ with `values` set, as it was again afterwards (the runtime reads its switches at load)."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def measure(args: argparse.Namespace, log=print) -> dict:
     builds = [args.model_dir, *args.compare]
     for folder in builds:
         if not (Path(folder) / "omnivoice_manifest.json").is_file():
             raise UserError(f"{folder} has no omnivoice_manifest.json; pass a folder optimize.py built")
     dims = model_dims(args.model_dir)
+    runs = [(folder, str(folder), {}) for folder in builds]
+    if args.onnx_attention:  # the same build, its attention left to ONNX Runtime: a row name of its own
+        runs.append((args.model_dir, f"{args.model_dir} ({SWITCH}={KEEP})", {SWITCH: KEEP}))
     steps = {}
-    for folder in builds:
+    for folder, name, env in runs:
         for case in CASES:
-            log(f"step: {folder} {case.name}")
-            steps[(str(folder), case.name)] = roofline.step_ops(folder, case, args.threads, args.steps)
+            log(f"step: {name} {case.name}")
+            with environment(env):
+                steps[(name, case.name)] = roofline.step_ops(folder, case, args.threads, args.steps)
     ops = next(iter(steps.values()))
     inter = intermediate_size(args.model_dir, ops)
     listed = [(m, k, n) for m in args.m for k, n in projection_shapes(dims, inter)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from codes.checks.cpu_speed import checkout_commit, upstream_dtypes
+from codes.checks.cpu_speed import checkout_commit, round_ratio, upstream_dtypes
 from helpers.scripts import run_script
 from helpers.synthesis_inputs import FP32_BUILD
 
@@ -17,6 +17,13 @@ def test_upstream_runs_in_bf16_only_where_the_cpu_multiplies_bf16():
     assert upstream_dtypes(frozenset({"avx2", "avx512f"})) == ["fp32"]
     assert upstream_dtypes(frozenset({"avx512_bf16"})) == ["fp32", "bf16"]
     assert upstream_dtypes(frozenset({"amx_bf16", "amx_int8"})) == ["fp32", "bf16"]
+
+
+def test_the_rounds_ratio_pairs_each_round_s_two_runs():
+    """A slow spell in one round slows both of its runs: their ratio, not each side's fastest, is what it keeps."""
+    base, other = [40.0, 36.0, 46.0], [30.0, 33.0, 35.0]
+    assert round_ratio(base, other) == 46.0 / 35.0  # the median of 1.333, 1.091 and 1.314
+    assert round_ratio(other, other) == 1.0
 
 
 def test_the_page_times_our_process_and_upstream_side_by_side(builds, tmp_path):
@@ -30,7 +37,7 @@ def test_the_page_times_our_process_and_upstream_side_by_side(builds, tmp_path):
     assert all(len(times) == 1 and times[0] > 0 for times in data["runs"].values())
     page = out.read_text()
     assert data["machine"]["cpu"] in page and "upstream fp32, generate alone" in page
-    assert f"`{folder.name}`, whole process" in page
+    assert f"`{folder.name}`, whole process" in page and "the same, median of the rounds" in page
     assert (tmp_path / "work" / "ours0.wav").stat().st_size > 44
 
 

@@ -80,6 +80,23 @@ def test_the_kernel_computes_what_group_query_attention_computes(heads, kv_heads
         assert np.linalg.norm(got[b, row] - expected[b, row]) <= 0.03 * np.linalg.norm(expected[b, row])
 
 
+def test_inputs_the_kernel_does_not_take_give_nan_not_a_read_past_them():
+    """Its interface returns no error: a bias that is not [B,1,S,S] (here one key short) is an output of NaN."""
+    model = _graph("GroupQueryAttention", 4, 2, 16, 64)
+    assert fused_attention.rewrite(model) == 1
+    feeds = _feeds(np.random.default_rng(0), 1, 20, 4, 2, 16, 64, (20,), None)
+    feeds["bias"] = feeds["bias"][..., :19].copy()
+    options = ort.SessionOptions()
+    if not RUNS_HERE:
+        with pytest.raises(Exception, match="needs AVX-512 VNNI and BF16"):
+            options.register_custom_ops_library(str(fused_attention.LIBRARY))
+        return
+    options.register_custom_ops_library(str(fused_attention.LIBRARY))
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    got = session.run(["o"], feeds)[0]
+    assert got.shape == (1, 20, 64) and np.isnan(got).all()
+
+
 @pytest.mark.parametrize("change", [dict(causal=1), dict(rotary_interleaved=1), dict(local_window_size=64),
                                     dict(past=True), dict(present_used=True)])
 def test_any_other_attention_keeps_its_graph_whole(change):
