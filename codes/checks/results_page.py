@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import platform
+from contextlib import contextmanager
 from pathlib import Path
 
 from codes.common.fileio import atomic_path
@@ -53,3 +54,19 @@ def write_page(out: Path | None, lines: list[str], data: dict | None = None) -> 
 def bench_parser(doc: str) -> argparse.ArgumentParser:
     """A bench/ entry point's argument parser: its docstring, examples included, as the help."""
     return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+@contextmanager
+def environment(values: dict):
+    """os.environ with `values` set, as it was again afterwards: a switch the runtime reads as it loads (the
+    fused attention's, OMNIVOICE_ONNX_ATTENTION), for one part of a run."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
-from contextlib import contextmanager
 from pathlib import Path
 
 from codes.checks import roofline
-from codes.checks.results_page import machine, machine_line, write_page
+from codes.checks.results_page import environment, machine, machine_line, write_page
 from codes.checks.workloads import WORKLOADS, Case
 from codes.common.errors import UserError, run_cli
 from codes.runtime.contract.fused_attention import KEEP, SWITCH
@@ -64,21 +62,6 @@ def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3, help="profiled steps per case; each op counts at its fastest")
     parser.add_argument("--out", type=Path, help="write the page there (and its .json beside it)")
     return parser.parse_args(argv)
-
-
-@contextmanager
-def environment(values: dict):
-    """os.environ with `values` set, as it was again afterwards (the runtime reads its switches at load)."""
-    before = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def measure(args: argparse.Namespace, log=print) -> dict:

@@ -170,6 +170,7 @@ def build_fidelity(folder: Path, checkpoint: Path, log=print) -> dict:
     engine = OmniVoiceOnnx(folder, step="numpy")
     fidelity = measure(engine.tokenizer, engine.target_logits, upstream_logits(checkpoint), "upstream fp32")
     log(fidelity.one_line())
-    # the host it ran on: an x86 CPU without VNNI or AMX runs full-range int8 weights re-ranged to 7 bits
-    host = {"isa": isa_names(), "int8_weight_levels": int8_weight_levels()}
+    # the host it ran on: an x86 CPU without VNNI or AMX runs full-range int8 weights re-ranged to 7 bits, and
+    # one with AVX-512 VNNI and BF16 the fused attention kernel
+    host = {"isa": isa_names(), "int8_weight_levels": int8_weight_levels(), "attention": engine.attention_kernel}
     return {**fidelity.summary(), "host": host, "steps": fidelity.steps}
