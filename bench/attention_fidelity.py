@@ -7,14 +7,13 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from codes.checks.attention_fidelity import measure, page  # noqa: E402  (the checkout's library, as a script)
-from codes.checks.results_page import bench_parser, machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, publish  # noqa: E402
 from codes.common.errors import run_cli  # noqa: E402
 
 
@@ -28,9 +27,7 @@ def main(argv=None) -> int:
 
     def run() -> None:
         data = measure(args.builds, args.steps, args.threads)
-        command = "python bench/attention_fidelity.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-        info = machine()
-        write_page(args.out, page(data, machine_line(info), command), {**data, "machine": info})
+        publish(args.out, "bench/attention_fidelity.py", argv, page, data)
 
     return run_cli(run)
 

@@ -12,14 +12,13 @@ CPU multiplies bf16 natively, bf16; rounds interleave them. The page names the C
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from codes.checks.cpu_speed import measure, page  # noqa: E402  (the checkout's library, as a script)
-from codes.checks.results_page import bench_parser, machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, publish  # noqa: E402
 from codes.common.errors import run_cli  # noqa: E402
 
 
@@ -50,9 +49,7 @@ def main(argv=None) -> int:
         data = measure(args.builds, checkpoint, args.threads, args.seconds, args.num_steps, args.rounds, args.work,
                        first_checkout=args.first_checkout, onnx_attention=args.onnx_attention)
         data["checkpoint"] = args.checkpoint  # as named: a generated name, or the folder given
-        command = "python bench/cpu_speed.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-        info = machine()
-        write_page(args.out, page(data, machine_line(info), command), {**data, "machine": info})
+        publish(args.out, "bench/cpu_speed.py", argv, page, data)
 
     return run_cli(run)
 

@@ -10,13 +10,12 @@ and its instruction sets.
 
 from __future__ import annotations
 
-import shlex
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from codes.checks.results_page import bench_parser, machine, machine_line, write_page  # noqa: E402
+from codes.checks.results_page import bench_parser, publish  # noqa: E402
 from codes.checks.web_bench import RUNNERS, measure, page  # noqa: E402
 from codes.common.errors import run_cli  # noqa: E402
 
@@ -47,9 +46,7 @@ def main(argv=None) -> int:
                                 "duration": (args.full_seconds if full and args.full_seconds else args.seconds),
                                 "num_steps": (args.full_steps if full and args.full_steps else args.num_steps)}
         data = measure(builds, workloads, args.runners)
-        command = "python bench/web_bench.py " + shlex.join(argv if argv is not None else sys.argv[1:])
-        info = machine()
-        write_page(args.out, page(data, machine_line(info), command), {**data, "machine": info})
+        publish(args.out, "bench/web_bench.py", argv, page, data)
 
     return run_cli(run)
 

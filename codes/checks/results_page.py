@@ -7,6 +7,8 @@ import argparse
 import json
 import os
 import platform
+import shlex
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -49,6 +51,14 @@ def write_page(out: Path | None, lines: list[str], data: dict | None = None) -> 
         if data is not None:
             with atomic_path(out.with_suffix(".json")) as tmp:
                 tmp.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+
+
+def publish(out: Path | None, script: str, argv: list[str] | None, page, data: dict) -> None:
+    """Write a bench/ script's page, made by page(data, machine_line, command) and naming the command that made
+    it, with its data and the machine in the .json."""
+    command = f"python {script} " + shlex.join(argv if argv is not None else sys.argv[1:])
+    info = machine()
+    write_page(out, page(data, machine_line(info), command), {**data, "machine": info})
 
 
 def bench_parser(doc: str) -> argparse.ArgumentParser:
