@@ -7,6 +7,7 @@ import os
 import random
 import re
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -60,7 +61,8 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "serve.py"), "--model_dir", str(build), "--port", str(self.port),
              "--voices_dir", str(voices_dir), *extra],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True, env={**os.environ, **(env or {})})
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=self.log, text=True, env={**os.environ, **(env or {})},
+            preexec_fn=ctrl_c_as_a_terminal_sends_it)
         self.early_lines: list[str] = []  # what it printed before its ready line
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -141,13 +143,21 @@ def whole_response(data: bytes) -> bool:
 STAGE_WAIT_S = 180  # the most a start is waited for to reach a stage (a local Ray and a model on two busy cores)
 
 
+def ctrl_c_as_a_terminal_sends_it() -> None:
+    """In serve.py's process, before it starts: SIGINT's default action. A suite started in the background (nohup,
+    or `&` in a shell without job control) hands its children SIGINT ignored, and Python then never turns one into
+    KeyboardInterrupt: serve.py would drain and end 0, not 130 as it does under Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def signal_at_stage(args: list, log_path: Path, stage, sig: int, env: dict | None = None,
                     wait: float = 60) -> tuple[int, float, str]:
     """serve.py with `args`, sent `sig` once it reaches `stage` (a string its output shows, or a check that turns
     true): (its exit status, seconds from the signal to its end, its output). It must end within `wait` s."""
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, str(ROOT / "serve.py"), *map(str, args)], cwd=ROOT, stdout=log,
-                                stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+                                stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                preexec_fn=ctrl_c_as_a_terminal_sends_it)
         reached = stage if callable(stage) else (lambda: stage in log_path.read_text())
         try:
             deadline = time.monotonic() + STAGE_WAIT_S
