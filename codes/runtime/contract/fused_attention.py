@@ -46,6 +46,11 @@ def _attribute(node, name: str, default):
     return helper.get_attribute_value(found[0]) if found else default
 
 
+def _inputs(node) -> list[str]:
+    """A GroupQueryAttention node's inputs, its absent trailing ones as "" (12 in all)."""
+    return list(node.input) + [""] * (12 - len(node.input))
+
+
 def rewrite(model) -> int:
     """Swap each GroupQueryAttention of a first-prompt, bidirectional, rotary graph (onnx.ModelProto, changed in
     place) for the fused op; returns how many. A graph with any other kind of attention is left whole (0)."""
@@ -56,7 +61,7 @@ def rewrite(model) -> int:
     used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
 
     def fits(node) -> bool:
-        inputs = list(node.input) + [""] * (12 - len(node.input))
+        inputs = _inputs(node)
         heads = _attribute(node, "num_heads", 0)
         return (_attribute(node, "do_rotary", 0) == 1 and _attribute(node, "rotary_interleaved", 0) == 0
                 and _attribute(node, "causal", 1) == 0 and _attribute(node, "local_window_size", -1) == -1
@@ -67,7 +72,7 @@ def rewrite(model) -> int:
     if not nodes or not all(fits(n) for n in nodes):
         return 0
     for node in nodes:
-        inputs = list(node.input) + [""] * (12 - len(node.input))
+        inputs = _inputs(node)
         fused = helper.make_node(OP, [inputs[i] for i in TAKEN], [node.output[0]], name=node.name, domain=DOMAIN,
                                  num_heads=_attribute(node, "num_heads", 0),
                                  kv_num_heads=_attribute(node, "kv_num_heads", 0),
