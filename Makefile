@@ -27,16 +27,17 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 	npm ci --prefix web --no-audit --no-fund
 	touch $(WEB_STAMP)
 
-# The fused attention kernel the runtime loads into ONNX Runtime on AVX-512 VNNI/BF16 CPUs
-# (codes/runtime/contract/fused_attention.py). Elsewhere, or without a C compiler, it is not built and
-# the runtime keeps ONNX Runtime's own attention.
-ATTENTION_LIB := codes/runtime/native/libomnivoice_attention.so
-$(ATTENTION_LIB): codes/runtime/native/attention.c
+# Our kernels, which the runtime loads into ONNX Runtime on AVX-512 VNNI/BF16 CPUs
+# (codes/runtime/contract/native_kernels.py). Elsewhere, or without a C compiler, they are not built and
+# the runtime keeps ONNX Runtime's own ops.
+KERNELS_LIB := codes/runtime/native/libomnivoice_kernels.so
+KERNELS_SRC := $(wildcard codes/runtime/native/*.c)
+$(KERNELS_LIB): $(KERNELS_SRC) codes/runtime/native/kernels.h
 	@if [ "$$(uname -m)" = x86_64 ] && command -v cc >/dev/null; then \
-		cc -O3 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o $@ $<; \
-	else echo "note: $@ not built (it needs an x86-64 C compiler); ONNX Runtime's attention runs instead"; fi
+		cc -O3 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o $@ $(KERNELS_SRC); \
+	else echo "note: $@ not built (it needs an x86-64 C compiler); ONNX Runtime's own ops run instead"; fi
 
-setup: $(STAMP) $(WEB_STAMP) $(ATTENTION_LIB)
+setup: $(STAMP) $(WEB_STAMP) $(KERNELS_LIB)
 
 # The browser tests' browser (tests/serve/test_playground.py): Debian's chromium, which Playwright drives by its
 # path, since Playwright's own browser download cannot be reached from every machine.

@@ -4,7 +4,7 @@
   python bench/cpu_speed.py --builds models/full-cpu_int8 --checkpoint full-random --out bench/cpu_speed_<isa>.md
   python bench/cpu_speed.py --builds OLD NEW --rounds 2          # two builds side by side, no torch
   git worktree add ../old 92ef807 && python bench/cpu_speed.py --builds OLD NEW --first_checkout ../old   # OLD as 92ef807 ran it
-  python bench/cpu_speed.py --builds NEW --onnx_attention       # the fused attention kernel against ONNX Runtime's
+  python bench/cpu_speed.py --builds NEW --onnx_kernels         # our CPU kernels against ONNX Runtime's own ops
 
 Each build runs `inference.py` as a whole process; upstream's `generate` is timed alone, in fp32 and, where the
 CPU multiplies bf16 natively, bf16; rounds interleave them. The page names the CPU and its instruction sets.
@@ -34,9 +34,9 @@ def main(argv=None) -> int:
     p.add_argument("--first_checkout", type=Path,
                    help="run the first build with this checkout's inference.py (git worktree add DIR COMMIT): an "
                         "older commit's build as that commit ran it")
-    p.add_argument("--onnx_attention", action="store_true",
-                   help="also run each build this checkout runs with ONNX Runtime's own attention "
-                        "(OMNIVOICE_ONNX_ATTENTION=onnx), beside the fused kernel")
+    p.add_argument("--onnx_kernels", action="store_true",
+                   help="also run each build this checkout runs with ONNX Runtime's own ops "
+                        "(OMNIVOICE_ONNX_KERNELS=onnx), beside our kernels")
     p.add_argument("--out", type=Path, help="the page to write (and its .json beside it)")
     args = p.parse_args(argv)
 
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
 
             checkpoint = resolve_checkpoint(args.checkpoint).path
         data = measure(args.builds, checkpoint, args.threads, args.seconds, args.num_steps, args.rounds, args.work,
-                       first_checkout=args.first_checkout, onnx_attention=args.onnx_attention)
+                       first_checkout=args.first_checkout, onnx_kernels=args.onnx_kernels)
         data["checkpoint"] = args.checkpoint  # as named: a generated name, or the folder given
         publish(args.out, "bench/cpu_speed.py", argv, page, data)
 

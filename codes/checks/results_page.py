@@ -68,8 +68,8 @@ def bench_parser(doc: str) -> argparse.ArgumentParser:
 
 @contextmanager
 def environment(values: dict):
-    """os.environ with `values` set, as it was again afterwards: a switch the runtime reads as it loads (the
-    fused attention's, OMNIVOICE_ONNX_ATTENTION), for one part of a run."""
+    """os.environ with `values` set, as it was again afterwards: a switch the runtime reads as it loads (our
+    kernels', OMNIVOICE_ONNX_KERNELS), for one part of a run."""
     before = {key: os.environ.get(key) for key in values}
     os.environ.update(values)
     try:

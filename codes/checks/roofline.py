@@ -27,7 +27,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from codes.runtime.contract import fused_attention
+from codes.runtime.contract import fused_attention, native_kernels
 
 MS_DOMAIN = "com.microsoft"
 
@@ -177,7 +177,7 @@ def fused_graph(seq: int, num_heads: int, kv_heads: int, head_dim: int, bias: bo
     """gqa_graph with the fused kernel in its place, as the runtime swaps it in (contract/fused_attention.py)."""
     model, feeds = gqa_graph(seq, num_heads, kv_heads, head_dim, bias)
     del model.graph.output[1:]  # the present key and value: read by nothing, and the kernel has none
-    if not fused_attention.rewrite(model):
+    if not fused_attention.rewrite(model, head_dim):
         raise RuntimeError("the fused kernel's rewrite did not take GroupQueryAttention as the backbone calls it")
     return model, feeds
 
@@ -283,7 +283,7 @@ def attention_kernels(num_heads: int, kv_heads: int, head_dim: int):
         ("int8 Q·Kᵀ, fp32 P·V, ops + bias, no rotary", make(int8_attention_graph, True)),
         ("int8 Q·Kᵀ and P·V, ops + bias, no rotary", make(int8_attention_graph, True, int8_values=True)),
     ) + ((("fused kernel + bias (ours: int8 Q·Kᵀ, bf16 P·V)", make(fused_graph, True)),)
-         if fused_attention.why_not("int8") is None else ())
+         if native_kernels.why_not("int8") is None else ())
 
 
 # --- timing --------------------------------------------------------------------------------------------
@@ -295,8 +295,8 @@ def session_for(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-    if any(opset.domain == fused_attention.DOMAIN for opset in model.opset_import):
-        options.register_custom_ops_library(str(fused_attention.LIBRARY))
+    if any(opset.domain == native_kernels.DOMAIN for opset in model.opset_import):
+        options.register_custom_ops_library(str(native_kernels.LIBRARY))
     return ort.InferenceSession(model.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"])
 
 
@@ -470,13 +470,21 @@ INTEGER = ("int8 GEMM", "n-bit GEMM")
 FLOAT = ("fp32 GEMM",)
 
 
+def attention_lengths(op: OpRun) -> tuple[int, int, int]:
+    """(batch, queries, keys) of an attention op; our kernel's packed form has no key input, and its keys are
+    its queries (contract/fused_attention.py's pack)."""
+    query, key = op.input_shapes[0], op.input_shapes[1] if len(op.input_shapes) > 1 else []
+    return query[0], query[1], key[1] if len(key) == 3 else query[1]
+
+
 def op_work(op: OpRun, num_heads: int, head_dim: int) -> tuple[str, float]:
     """("GMAC", work) for GEMMs and attention, ("GB", bytes) for the rest."""
     if op.is_gemm:
         m, k, n = gemm_dims(op.input_shapes, op.output_shapes[0])
         return "GMAC", m * k * n / 1e9
     if op.cls == "attention":
-        return "GMAC", attention_macs(op.input_shapes[0], op.input_shapes[1], num_heads, head_dim) / 1e9
+        batch, queries, keys = attention_lengths(op)
+        return "GMAC", attention_macs([batch, queries], [batch, keys], num_heads, head_dim) / 1e9
     return "GB", op.bytes / 1e9
 
 
@@ -520,7 +528,7 @@ def class_table(ops: list[OpRun], peaks: Peaks, num_heads: int, head_dim: int) -
 def attention_gemms(op: OpRun, num_heads: int, head_dim: int) -> list[tuple[int, int, int, int]]:
     """Attention's two products as GEMMs: (count, M, K, N) of Q.K^T ([S, D] x [D, T] a head and sequence) and
     P.V ([S, T] x [T, D])."""
-    batch, queries, keys = op.input_shapes[0][0], op.input_shapes[0][1], op.input_shapes[1][1]
+    batch, queries, keys = attention_lengths(op)
     return [(batch * num_heads, queries, head_dim, keys), (batch * num_heads, queries, keys, head_dim)]
 
 

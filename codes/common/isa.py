@@ -22,7 +22,7 @@ NUMPY_FEATURES = {"AVX2": "avx2", "AVX512F": "avx512f", "AVXVNNI": "avx_vnni", "
                   "AVX512BF16": "avx512_bf16"}
 FULL_RANGE, SEVEN_BIT = 127, 63  # the int8 weight ranges an int8 build may carry
 # What the fused attention kernel (codes/runtime/native/attention.c) runs on: vpdpbusd for Q·Kᵀ, vdpbf16ps for P·V
-FUSED_ATTENTION_FLAGS = ("avx512f", "avx512bw", "avx512_vnni", "avx512_bf16")
+NATIVE_KERNEL_FLAGS = ("avx512f", "avx512bw", "avx512_vnni", "avx512_bf16")
 
 
 @lru_cache(maxsize=1)
@@ -76,7 +76,7 @@ def int8_weight_levels(flags: frozenset[str] | None = None, x86: bool | None = N
     return FULL_RANGE if exact_int8_products(flags, x86) else SEVEN_BIT
 
 
-def runs_fused_attention(flags: frozenset[str] | None = None) -> bool:
+def runs_native_kernels(flags: frozenset[str] | None = None) -> bool:
     """Whether this CPU has every instruction set the fused attention kernel uses."""
     flags = cpu_flags() if flags is None else flags
-    return all(flag in flags for flag in FUSED_ATTENTION_FLAGS)
+    return all(flag in flags for flag in NATIVE_KERNEL_FLAGS)

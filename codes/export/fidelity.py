@@ -172,5 +172,5 @@ def build_fidelity(folder: Path, checkpoint: Path, log=print) -> dict:
     log(fidelity.one_line())
     # the host it ran on: an x86 CPU without VNNI or AMX runs full-range int8 weights re-ranged to 7 bits, and
     # one with AVX-512 VNNI and BF16 the fused attention kernel
-    host = {"isa": isa_names(), "int8_weight_levels": int8_weight_levels(), "attention": engine.attention_kernel}
+    host = {"isa": isa_names(), "int8_weight_levels": int8_weight_levels(), "kernels": engine.kernels}
     return {**fidelity.summary(), "host": host, "steps": fidelity.steps}

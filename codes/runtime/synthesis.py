@@ -102,7 +102,7 @@ class OmniVoiceOnnx:
                 if step == "device" and has_scoring else {})
         # The provider's name (cpu, cuda) is the ONNX Runtime device a step's tensors are left on.
         self.forward = StepForward(embeddings, backbone_runner, heads, glue, self.provider, self.timings)
-        self.attention_kernel = backbone_runner.session.attention  # "fused" or "onnx" (contract/fused_attention.py)
+        self.kernels = backbone_runner.session.kernels  # "ours" or "onnx" (contract/native_kernels.py)
         # What the folder allows of what was asked: the device needs glue and scoring graphs that fit,
         # the graph path scoring graphs (published folders have neither).
         self.step = ("device" if self.forward.on_device else "graph") if step != "numpy" and has_scoring else "numpy"

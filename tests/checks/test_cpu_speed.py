@@ -68,15 +68,15 @@ def test_the_first_build_runs_with_the_checkout_it_is_compared_as(builds, tmp_pa
         f"error: {tmp_path / 'work'} has no inference.py; pass a checkout (git worktree add DIR COMMIT)"]
 
 
-def test_each_build_can_also_run_with_onnx_runtime_s_attention(builds, tmp_path):
-    """--onnx_attention: a second row per build this checkout runs, the fused kernel switched off for it alone."""
+def test_each_build_can_also_run_with_onnx_runtime_s_own_ops(builds, tmp_path):
+    """--onnx_kernels: a second row per build this checkout runs, our kernels switched off for it alone."""
     folder = builds.get(*FP32_BUILD)
     out = tmp_path / "speed.md"
-    result = run_script("bench/cpu_speed.py", "--builds", folder, "--onnx_attention", "--seconds", "2",
+    result = run_script("bench/cpu_speed.py", "--builds", folder, "--onnx_kernels", "--seconds", "2",
                         "--num_steps", "2", "--rounds", "1", "--work", tmp_path / "work", "--out", out)
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(json.loads(out.with_suffix(".json").read_text())["runs"]) == {
-        f"ours:{folder}", f"ours:{folder}#onnx-attention"}
+        f"ours:{folder}", f"ours:{folder}#onnx-ops"}
     page = out.read_text()
     assert f"`{folder.name}`, whole process | " in page
-    assert f"`{folder.name}`, whole process, ONNX Runtime's attention (`OMNIVOICE_ONNX_ATTENTION=onnx`) | " in page
+    assert f"`{folder.name}`, whole process, ONNX Runtime's own ops (`OMNIVOICE_ONNX_KERNELS=onnx`) | " in page

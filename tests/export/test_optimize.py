@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 
 from codes.common.errors import UserError
-from codes.common.isa import int8_weight_levels, isa_names, runs_fused_attention
+from codes.common.isa import int8_weight_levels, isa_names, runs_native_kernels
 from codes.export.manifest_write import hash_files
 from codes.runtime.contract.manifest import MANIFEST_NAME, read_manifest
 from helpers.scripts import last_error_line, run_main, run_script
@@ -86,7 +86,7 @@ def test_int8_profile_runs_integer_kernels_and_stays_bidirectional(builds):
     assert len(fidelity["steps"]) == fidelity["num_steps"] == 8
     # the host it was measured on, and the weight range its kernels ran (full range, or re-ranged to 7 bits)
     assert fidelity["host"]["int8_weight_levels"] == int8_weight_levels() and fidelity["host"]["isa"] == isa_names()
-    assert fidelity["host"]["attention"] == ("fused" if runs_fused_attention() else "onnx")
+    assert fidelity["host"]["kernels"] == ("ours" if runs_native_kernels() else "onnx")
     assert data["quantization"]["int8"]["llm"]["weight_levels"] == 127
 
     def ops(name):

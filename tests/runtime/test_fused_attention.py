@@ -1,5 +1,5 @@
 """The fused attention kernel (codes/runtime/native/attention.c) against ONNX Runtime's GroupQueryAttention, and
-where the runtime swaps it in (codes/runtime/contract/fused_attention.py)."""
+the graphs it is swapped into (codes/runtime/contract/fused_attention.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from codes.common.isa import FUSED_ATTENTION_FLAGS, runs_fused_attention
+from codes.common.isa import runs_native_kernels
 from codes.runtime.contract import fused_attention
+from codes.runtime.contract.native_kernels import LIBRARY
 
-RUNS_HERE = runs_fused_attention()
+RUNS_HERE = runs_native_kernels()
 
 
 def _graph(op: str, heads: int, kv_heads: int, head_dim: int, positions: int, **extra) -> onnx.ModelProto:
@@ -63,13 +64,13 @@ def test_the_kernel_computes_what_group_query_attention_computes(heads, kv_heads
     model = _graph("GroupQueryAttention", heads, kv_heads, head_dim, 256)
     feeds = _feeds(np.random.default_rng(tokens), len(lengths), tokens, heads, kv_heads, head_dim, 256, lengths, hole)
     expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["o"], feeds)[0]
-    assert fused_attention.rewrite(model) == 1
+    assert fused_attention.rewrite(model, head_dim) == 1
     options = ort.SessionOptions()
     if not RUNS_HERE:  # the library refuses to register where the kernel's instructions are missing
-        with pytest.raises(Exception, match="needs AVX-512 VNNI and BF16"):
-            options.register_custom_ops_library(str(fused_attention.LIBRARY))
+        with pytest.raises(Exception, match="need AVX-512 VNNI and BF16"):
+            options.register_custom_ops_library(str(LIBRARY))
         return
-    options.register_custom_ops_library(str(fused_attention.LIBRARY))
+    options.register_custom_ops_library(str(LIBRARY))
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     got = session.run(["o"], feeds)[0]  # total_sequence_length: still an input of the graph, read by no node
     assert got.shape == expected.shape
@@ -83,15 +84,15 @@ def test_the_kernel_computes_what_group_query_attention_computes(heads, kv_heads
 def test_inputs_the_kernel_does_not_take_give_nan_not_a_read_past_them():
     """Its interface returns no error: a bias that is not [B,1,S,S] (here one key short) is an output of NaN."""
     model = _graph("GroupQueryAttention", 4, 2, 16, 64)
-    assert fused_attention.rewrite(model) == 1
+    assert fused_attention.rewrite(model, 16) == 1
     feeds = _feeds(np.random.default_rng(0), 1, 20, 4, 2, 16, 64, (20,), None)
     feeds["bias"] = feeds["bias"][..., :19].copy()
     options = ort.SessionOptions()
     if not RUNS_HERE:
-        with pytest.raises(Exception, match="needs AVX-512 VNNI and BF16"):
-            options.register_custom_ops_library(str(fused_attention.LIBRARY))
+        with pytest.raises(Exception, match="need AVX-512 VNNI and BF16"):
+            options.register_custom_ops_library(str(LIBRARY))
         return
-    options.register_custom_ops_library(str(fused_attention.LIBRARY))
+    options.register_custom_ops_library(str(LIBRARY))
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     got = session.run(["o"], feeds)[0]
     assert got.shape == (1, 20, 64) and np.isnan(got).all()
@@ -109,44 +110,84 @@ def test_any_other_attention_keeps_its_graph_whole(change):
     if change.get("present_used"):
         model.graph.output.append(helper.make_tensor_value_info("present_k", TensorProto.FLOAT, None))
     before = model.SerializeToString()
-    assert fused_attention.rewrite(model) == 0
+    assert fused_attention.rewrite(model, 16) == 0
     assert model.SerializeToString() == before
 
 
-def test_the_runtime_says_why_it_keeps_onnx_runtime_s_attention(tmp_path, monkeypatch):
-    every = frozenset(FUSED_ATTENTION_FLAGS)
-    built = tmp_path / "lib.so"
-    built.write_bytes(b"")
-    monkeypatch.delenv(fused_attention.SWITCH, raising=False)
-    monkeypatch.setattr(fused_attention, "is_x86", lambda: True)
-    assert fused_attention.why_not("int8", every, built) is None
-    assert fused_attention.why_not("int4", every, built) is None
-    assert fused_attention.why_not("fp32", every, built) == "a fp32 backbone keeps ONNX Runtime's attention"
-    assert fused_attention.why_not("int8", every - {"avx512_bf16"}, built) == "this CPU lacks AVX-512 VNNI or BF16"
-    assert fused_attention.why_not("int8", every, tmp_path / "absent.so") == \
-        "absent.so is not built (make setup builds it)"
-    monkeypatch.setenv(fused_attention.SWITCH, fused_attention.KEEP)
-    assert fused_attention.why_not("int8", every, built) == "OMNIVOICE_ONNX_ATTENTION=onnx"
+def _projected_graph(heads: int, kv_heads: int, head_dim: int, hidden: int, positions: int, rng) -> onnx.ModelProto:
+    """A layer's attention as the genai graph feeds it, quantized as the build does: the qkv GEMM on the normed
+    input, its output split, Qwen3's per-head q/k norms (Reshape, SimplifiedLayerNormalization, Reshape)."""
+    from onnx import numpy_helper
+
+    from codes.export.int8 import Int8Scheme, quantize_graph
+
+    f, width = TensorProto.FLOAT, (heads + 2 * kv_heads) * head_dim
+
+    def const(name, value):
+        return numpy_helper.from_array(np.asarray(value), name)
+
+    inverse = 1.0 / 10000 ** (np.arange(0, head_dim, 2) / head_dim)
+    angles = np.arange(positions)[:, None] * inverse[None]
+    inits = [const("g_in", (1 + 0.1 * rng.standard_normal(hidden)).astype(np.float32)),
+             const("w_qkv", (rng.standard_normal((hidden, width)) / np.sqrt(hidden)).astype(np.float32)),
+             const("g_q", (1 + 0.1 * rng.standard_normal(head_dim)).astype(np.float32)),
+             const("g_k", (1 + 0.1 * rng.standard_normal(head_dim)).astype(np.float32)),
+             const("sizes", np.array([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], np.int64)),
+             const("heads_shape", np.array([0, -1, head_dim], np.int64)),
+             const("q_shape", np.array([0, -1, heads * head_dim], np.int64)),
+             const("k_shape", np.array([0, -1, kv_heads * head_dim], np.int64)),
+             const("cos", np.cos(angles).astype(np.float32)), const("sin", np.sin(angles).astype(np.float32))]
+    nodes = [helper.make_node("SimplifiedLayerNormalization", ["x", "g_in"], ["n"], epsilon=1e-6, axis=-1),
+             helper.make_node("MatMul", ["n", "w_qkv"], ["qkv"], name="/model/layers.0/attn/qkv_proj/MatMul"),
+             helper.make_node("Split", ["qkv", "sizes"], ["q0", "k0", "v"], axis=-1)]
+    for part, shape in (("q", "q_shape"), ("k", "k_shape")):
+        nodes += [helper.make_node("Reshape", [f"{part}0", "heads_shape"], [f"{part}1"]),
+                  helper.make_node("SimplifiedLayerNormalization", [f"{part}1", f"g_{part}"], [f"{part}2"],
+                                   epsilon=1e-6, axis=-1),
+                  helper.make_node("Reshape", [f"{part}2", shape], [part])]
+    nodes.append(helper.make_node("GroupQueryAttention", ["q", "k", "v", "", "", "seqlens", "total", "cos", "sin", "",
+                                                          "bias"], ["o", "present_k", "present_v"],
+                                  domain="com.microsoft", num_heads=heads, kv_num_heads=kv_heads, scale=head_dim ** -0.5,
+                                  do_rotary=1, rotary_interleaved=0, local_window_size=-1, causal=0, softcap=0.0))
+    inputs = [helper.make_tensor_value_info("x", f, ["B", "S", hidden]),
+              helper.make_tensor_value_info("seqlens", TensorProto.INT32, ["B"]),
+              helper.make_tensor_value_info("total", TensorProto.INT32, []),
+              helper.make_tensor_value_info("bias", f, ["B", 1, "S", "S"])]
+    graph = helper.make_graph(nodes, "attention", inputs, [helper.make_tensor_value_info("o", f, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=10)
+    return quantize_graph(model, Int8Scheme(outlier_ratio=None))
 
 
-def test_a_quantized_build_runs_the_kernel_where_the_cpu_has_it_and_fp32_never(builds, monkeypatch):
-    """The tiny cpu_int8 build's backbone: every layer's attention swapped where this CPU runs the kernel, its
-    hidden states within int8's reach of ONNX Runtime's attention; cpu_fp32 stays on ONNX Runtime's (exact)."""
-    from codes.runtime.synthesis import OmniVoiceOnnx
+@pytest.mark.parametrize("heads,kv_heads,head_dim,lengths", [(4, 2, 16, (37, 30)), (16, 8, 128, (130,))])
+def test_the_kernel_takes_the_qkv_projection_as_it_is(heads, kv_heads, head_dim, lengths):
+    """pack: the split, the GEMM's row scale and the per-head norms done as the kernel reads each row; the same
+    attention as ONNX Runtime's ops give on the unpacked graph, within the kernel's int8 and bf16 (3%)."""
+    from codes.runtime.contract import fused_quantization
 
-    monkeypatch.delenv(fused_attention.SWITCH, raising=False)
-    assert fused_attention.LIBRARY.is_file() or not RUNS_HERE, "make setup builds the kernel on this CPU"
-    int8 = OmniVoiceOnnx(builds.get("cpu_int8"), step="numpy")
-    assert int8.attention_kernel == ("fused" if RUNS_HERE else "onnx")
-    assert OmniVoiceOnnx(builds.get("cpu_fp32"), step="numpy").attention_kernel == "onnx"
-    monkeypatch.setenv(fused_attention.SWITCH, fused_attention.KEEP)
-    reference = OmniVoiceOnnx(builds.get("cpu_int8"), step="numpy")
-    assert reference.attention_kernel == "onnx"
-    rng = np.random.default_rng(3)
-    embeds = rng.standard_normal((2, 40, int8.forward.backbone.hidden_size)).astype(np.float32)
-    mask = np.ones((2, 1, 40, 40), bool)
-    mask[1, 0, :, 31:] = False
-    ours, theirs = int8.forward.backbone(embeds, mask), reference.forward.backbone(embeds, mask)
-    for b, length in enumerate((40, 31)):
-        difference = np.linalg.norm(ours[b, :length] - theirs[b, :length]) / np.linalg.norm(theirs[b, :length])
-        assert difference < 0.05, difference
+    rng = np.random.default_rng(heads)
+    model, tokens = _projected_graph(heads, kv_heads, head_dim, 96, 256, rng), max(lengths)
+    mask = np.zeros((len(lengths), 1, tokens, tokens), bool)
+    for b, length in enumerate(lengths):
+        mask[b, 0, :, :length] = True
+    feeds = {"x": rng.standard_normal((len(lengths), tokens, 96)).astype(np.float32),
+             "seqlens": np.asarray(lengths, np.int32) - 1, "total": np.array(tokens, np.int32),
+             "bias": np.where(mask, 0, np.finfo(np.float32).min).astype(np.float32)}
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["o"], feeds)[0]
+    assert fused_attention.rewrite(model, head_dim) == 1 and fused_quantization.rewrite(model) == 1
+    assert fused_attention.pack(model, head_dim, fused_quantization.row_scales(model)) == 1
+    ops = [n.op_type for n in model.graph.node]
+    assert not {"Split", "Reshape", "Mul"} & set(ops) and ops.count("SimplifiedLayerNormalization") == 1
+    attention = model.graph.node[ops.index(fused_attention.OP)]
+    assert attention.input[1:3] == ["", ""] and attention.input[7] in fused_quantization.row_scales(model)
+    options = ort.SessionOptions()
+    if not RUNS_HERE:
+        with pytest.raises(Exception, match="need AVX-512 VNNI and BF16"):
+            options.register_custom_ops_library(str(LIBRARY))
+        return
+    options.register_custom_ops_library(str(LIBRARY))
+    got = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(["o"], feeds)[0]
+    assert got.shape == expected.shape
+    for b, length in enumerate(lengths):
+        row = slice(0, length)
+        assert 0 < np.linalg.norm(got[b, row] - expected[b, row]) <= 0.03 * np.linalg.norm(expected[b, row])

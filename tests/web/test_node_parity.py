@@ -104,7 +104,7 @@ def test_every_cpu_profile_speaks_in_node_as_in_python(profile, builds, tmp_path
     """Node loads each CPU build the Python runtime loads (its codec from another folder, as --higgs_dir gives it)
     and, on the same ONNX Runtime kernels, says what inference.py says for a seed (Python's fused attention kernel,
     which Node has not, set aside)."""
-    from codes.runtime.contract.fused_attention import KEEP, SWITCH
+    from codes.runtime.contract.native_kernels import KEEP, SWITCH
 
     build = builds.get("web", "--include-higgs") if profile == "web" else builds.get(profile)
     codec = ["--higgs_dir", build if profile == "web" else builds.get("cpu_fp32", "--higgs-only")]

@@ -13,7 +13,7 @@ import onnxruntime as ort
 
 from codes.common.errors import GraphFailed, UserError
 from codes.common.isa import FULL_RANGE, int8_weight_levels
-from codes.runtime.contract import fused_attention
+from codes.runtime.contract import native_kernels
 from codes.runtime.contract.int8_weights import reranged_weights
 from codes.runtime.contract.probe import CAUSAL_ADVICE, probe_bidirectional
 
@@ -60,16 +60,16 @@ def backbone_session(path: Path, provider: str = "cpu", threads: int | None = No
                      profile_dir: Path | None = None, precision: str | None = None,
                      head_dim: int | None = None) -> ort.InferenceSession:
     """A backbone graph's session: the one whose workers spin (see open_session). A build's own backbone names its
-    precision and head size: a quantized one runs the fused attention where this CPU has it (fused_attention.py)."""
+    precision and head size: a quantized one runs our kernels where this CPU has them (native_kernels.py)."""
     graph = None
     if precision is not None and head_dim is not None and provider == "cpu":
-        if fused_attention.why_not(precision) is None:
-            graph = fused_attention.fused_graph(Path(path), head_dim)
+        if native_kernels.why_not(precision) is None:
+            graph = native_kernels.fused_graph(Path(path), head_dim)
     if graph is not None:
         try:
             return open_session(path, providers_for(provider), threads, profile_dir, spin=True, graph=graph)
         except UserError as exc:  # the library would not load here: ONNX Runtime's own attention still runs
-            print(f"note: the fused attention kernel did not load ({exc}); using ONNX Runtime's attention",
+            print(f"note: our CPU kernels did not load ({exc}); using ONNX Runtime's own ops",
                   file=sys.stderr)
     return make_session(path, provider, threads, profile_dir, spin=True)
 
@@ -83,7 +83,7 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
         ends. Only the backbone does: every session has its own workers, and those of a short graph
         would go on spinning after it, taking the cores the backbone's next run needs; the backbone's
         would take the heads' (docs/DESIGN.md §spinning).
-    graph: the graph at `path` as changed in memory (fused_attention.fused_graph), run with the fused attention
+    graph: the graph at `path` as changed in memory (native_kernels.fused_graph), run with our kernels'
         library; its weights are still read from path's folder.
     """
     options = ort.SessionOptions()
@@ -105,7 +105,7 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(Path(path).parent))
     try:
         if graph is not None:
-            options.register_custom_ops_library(str(fused_attention.LIBRARY))
+            options.register_custom_ops_library(str(native_kernels.LIBRARY))
         # int8 weights this CPU's kernels would saturate on, re-ranged (codes/runtime/contract/int8_weights.py);
         # the arrays must outlive the session, which holds them without a copy.
         overrides = fit_int8_weights(options, path) if providers[0] == "CPUExecutionProvider" else []
@@ -114,7 +114,7 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
     except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs
         raise UserError(f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}") from None
     session.reranged_int8 = overrides  # kept alive with the session; empty where the weights fit as built
-    session.attention = "fused" if graph is not None else "onnx"  # the attention kernel it runs
+    session.kernels = "ours" if graph is not None else "onnx"  # whose ops run its attention and quantization
     return session
 
 

@@ -5,82 +5,37 @@
  * first prompt: rotary positions 0..S-1 (half-split, not interleaved), keys past seqlens_k[b] masked, the
  * additive bias, softmax, P·V. Inputs: query [B,S,H*D], key and value [B,S,Hk*D], seqlens_k int32 [B],
  * cos_cache and sin_cache [P,D/2], attention_bias [B or 1,1,S,S]. Output [B,S,H*D].
+ * Or, as the projections leave them (fused_attention.py's pack): key and value absent, query the packed
+ * [B,S,(H+2Hk)*D] of the qkv GEMM, with the optional row_scale [B,S,1] its output is multiplied by, and the
+ * optional q_norm and k_norm weights [D] of the per-head RMSNorm (attribute epsilon) before rotary: the split,
+ * the scaling and the norms then cost no pass of their own.
  *
  * Q·Kᵀ runs in int8 (vpdpbusd): K smoothed by its mean over the valid keys (every score of a row moves by the
  * same amount, which softmax ignores), then each query and key row scaled to +-127. P·V runs in bf16
  * (vdpbf16ps) with fp32 sums. One pass per block of query rows: scores, softmax and P·V stay in cache.
- * Needs AVX-512 with VNNI and BF16; on other CPUs registration fails and the runtime keeps GroupQueryAttention.
- *
- * ONNX Runtime's C API is declared here by hand: the few entries this library calls, at their places in
- * OrtApi (the table only ever grows at its end), and the version-13 layout of OrtCustomOp. */
-#include <immintrin.h>
+ * Needs AVX-512 with VNNI and BF16 (library.c); elsewhere the runtime keeps GroupQueryAttention. */
 #include <math.h>
-#include <pthread.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct OrtStatus OrtStatus;
-typedef struct OrtValue OrtValue;
-typedef struct OrtKernelInfo OrtKernelInfo;
-typedef struct OrtKernelContext OrtKernelContext;
-typedef struct OrtSessionOptions OrtSessionOptions;
-typedef struct OrtCustomOpDomain OrtCustomOpDomain;
-typedef struct OrtTensorTypeAndShapeInfo OrtShape;
-typedef struct OrtApi OrtApi;
-typedef struct OrtApiBase {
-  const OrtApi* (*GetApi)(uint32_t version);
-  const char* (*GetVersionString)(void);
-} OrtApiBase;
+#include "kernels.h"
 
-/* OrtApi entries by their index in the table */
-enum {
-  API_CreateStatus = 0, API_CreateCustomOpDomain = 26, API_CustomOpDomain_Add = 27, API_AddCustomOpDomain = 28,
-  API_GetTensorMutableData = 51, API_GetDimensionsCount = 61, API_GetDimensions = 62,
-  API_GetTensorTypeAndShape = 65, API_KernelInfoGetAttribute_float = 85, API_KernelInfoGetAttribute_int64 = 86,
-  API_KernelContext_GetInput = 90, API_KernelContext_GetOutput = 91, API_ReleaseTensorTypeAndShapeInfo = 99,
-  API_KernelContext_ParallelFor = 274,
-};
-#define API_VERSION 18 /* the first whose table holds KernelContext_ParallelFor */
-#define FN(name, type) ((type)((void* const*)ort)[API_##name])
-
-enum { ORT_FAIL = 1 };
-enum { FLOAT = 1, INT32 = 6 };
-
-typedef struct OrtCustomOp {
-  uint32_t version;
-  void* (*CreateKernel)(const struct OrtCustomOp*, const OrtApi*, const OrtKernelInfo*);
-  const char* (*GetName)(const struct OrtCustomOp*);
-  const char* (*GetExecutionProviderType)(const struct OrtCustomOp*);
-  int (*GetInputType)(const struct OrtCustomOp*, size_t);
-  size_t (*GetInputTypeCount)(const struct OrtCustomOp*);
-  int (*GetOutputType)(const struct OrtCustomOp*, size_t);
-  size_t (*GetOutputTypeCount)(const struct OrtCustomOp*);
-  void (*KernelCompute)(void*, OrtKernelContext*);
-  void (*KernelDestroy)(void*);
-  int (*GetInputCharacteristic)(const struct OrtCustomOp*, size_t);
-  int (*GetOutputCharacteristic)(const struct OrtCustomOp*, size_t);
-  int (*GetMemoryType)(const struct OrtCustomOp*, size_t);
-} OrtCustomOp;
-
-static const OrtApi* ort;
-
-#define ISA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16")))
 #define ROWS 4      /* query rows a register block holds */
 #define TASK_ROWS 32 /* query rows a task takes */
 #define KEYS 64     /* keys a score block holds (Sp is a multiple) */
 
 typedef struct {
   int64_t heads, kv_heads;
-  float scale;
+  float scale, epsilon;
 } Kernel;
 
 typedef struct {
   const float *q, *k, *v, *cosc, *sinc, *bias;
+  const float *row_scale, *q_gamma, *k_gamma; /* each NULL where absent */
   const int32_t* seqlens;
   float* out;
-  int64_t B, S, H, Hk, D, Sp, bias_batch;
-  float scale;
+  int64_t B, S, H, Hk, D, Sp, bias_batch, q_ld, kv_ld; /* q_ld, kv_ld: floats from one token's row to the next */
+  float scale, epsilon;
   int8_t* kq;      /* [B][Hk][Sp/16][D/4][16][4] */
   float* kscale;   /* [B][Hk][Sp] */
   int32_t* ksum;   /* [B][Hk][Sp] */
@@ -118,6 +73,25 @@ ISA static float to_int8(const float* row, float peak, int64_t D, int8_t* q) {
   return scale;
 }
 
+/* token t's head row x [D] as the graph had it before attention: times the row scale, then RMSNorm and gamma;
+ * x itself where neither applies, else the row made in buf */
+ISA static const float* projected(const Call* c, const float* x, int64_t t, const float* gamma, float* buf) {
+  int64_t D = c->D;
+  if (c->row_scale == NULL && gamma == NULL) return x;
+  __m512 by = _mm512_set1_ps(c->row_scale ? c->row_scale[t] : 1.f), squares = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; d += 16) {
+    __m512 v = _mm512_loadu_ps(x + d);
+    if (c->row_scale) v = _mm512_mul_ps(v, by);
+    squares = _mm512_fmadd_ps(v, v, squares);
+    _mm512_storeu_ps(buf + d, v);
+  }
+  if (gamma == NULL) return buf;
+  __m512 inv = _mm512_set1_ps(1.f / sqrtf(_mm512_reduce_add_ps(squares) / (float)D + c->epsilon));
+  for (int64_t d = 0; d < D; d += 16)
+    _mm512_storeu_ps(buf + d, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(buf + d), inv), _mm512_loadu_ps(gamma + d)));
+  return buf;
+}
+
 static inline int64_t valid_keys(const Call* c, int64_t b) {
   int64_t n = (int64_t)c->seqlens[b] + 1;
   return n < 0 ? 0 : (n > c->S ? c->S : n);
@@ -127,7 +101,7 @@ static inline int64_t valid_keys(const Call* c, int64_t b) {
 ISA static void pack_kv(void* data, size_t task) {
   const Call* c = data;
   int64_t b = (int64_t)task / c->Hk, g = (int64_t)task % c->Hk, D = c->D, S = c->S, Sp = c->Sp, G = D / 4;
-  int64_t n = valid_keys(c, b), ld = c->Hk * D;
+  int64_t n = valid_keys(c, b), ld = c->kv_ld;
   const float *k = c->k + b * S * ld + g * D, *v = c->v + b * S * ld + g * D;
   size_t slot = (size_t)(b * c->Hk + g);
   int8_t* kq = c->kq + slot * Sp * D;
@@ -137,9 +111,10 @@ ISA static void pack_kv(void* data, size_t task) {
   float* rot = malloc(sizeof(float) * (size_t)((n + 1) * D));
   float *mean = rot + n * D;
   int8_t q[D];
+  float row[D];
   memset(mean, 0, sizeof(float) * (size_t)D);
   for (int64_t j = 0; j < n; j++) {
-    rotate(k + j * ld, c->cosc, c->sinc, j, D, rot + j * D);
+    rotate(projected(c, k + j * ld, b * S + j, c->k_gamma, row), c->cosc, c->sinc, j, D, rot + j * D);
     for (int64_t d = 0; d < D; d += 16)
       _mm512_storeu_ps(mean + d, _mm512_add_ps(_mm512_loadu_ps(mean + d), _mm512_loadu_ps(rot + j * D + d)));
   }
@@ -163,30 +138,18 @@ ISA static void pack_kv(void* data, size_t task) {
     }
     ksum[j] = sum;
   }
-  for (int64_t j = 0; j < Sp; j += 2) /* a pair of keys' values, interleaved: (j, j+1) in each 32-bit word */
+  for (int64_t j = 0; j < Sp; j += 2) { /* a pair of keys' values, interleaved: (j, j+1) in each 32-bit word */
+    __m512 lo_by = _mm512_set1_ps(c->row_scale && j < n ? c->row_scale[b * S + j] : 1.f);
+    __m512 hi_by = _mm512_set1_ps(c->row_scale && j + 1 < n ? c->row_scale[b * S + j + 1] : 1.f);
     for (int64_t d = 0; d < D; d += 16) {
-      __m512 lo = j < n ? _mm512_loadu_ps(v + j * ld + d) : _mm512_setzero_ps();
-      __m512 hi = j + 1 < n ? _mm512_loadu_ps(v + (j + 1) * ld + d) : _mm512_setzero_ps();
+      __m512 lo = j < n ? _mm512_mul_ps(_mm512_loadu_ps(v + j * ld + d), lo_by) : _mm512_setzero_ps();
+      __m512 hi = j + 1 < n ? _mm512_mul_ps(_mm512_loadu_ps(v + (j + 1) * ld + d), hi_by) : _mm512_setzero_ps();
       __m512i a = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lo));
       __m512i bh = _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(hi)), 16);
       _mm512_storeu_si512(vb + (j / 2) * D + d, _mm512_or_si512(a, bh));
     }
+  }
   free(rot);
-}
-
-/* e^x for x <= 0 (a score less the row's peak): 2^n 2^f, f in [-1/2, 1/2], 2^f by a degree-6 polynomial
- * (4e-9 relative in exact arithmetic: fp32's own rounding is what remains). */
-ISA static inline __m512 exp_nonpositive(__m512 x) {
-  __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.f)), _mm512_set1_ps(1.44269504088896341f));
-  __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_set1_ps(1.5353362e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3398874e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6184374e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503325e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022648e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314720e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
 }
 
 /* Rows [r0, r0+nr) of query head h of batch b: scores in int8, softmax, P·V in bf16. */
@@ -198,10 +161,11 @@ ISA static void block(const Call* c, int64_t b, int64_t h, int64_t r0, int64_t n
   const float* ks = c->kscale + slot * Sp;
   const int32_t* ksum = c->ksum + slot * Sp;
   const uint16_t* vb = c->vb + slot * Sp * D;
-  float qs[ROWS];
+  float qs[ROWS], row[D];
   for (int64_t r = 0; r < ROWS; r++) { /* rows past nr repeat the first: computed, never stored */
     int64_t i = r0 + (r < nr ? r : 0);
-    float peak = rotate(c->q + (b * S + i) * c->H * D + h * D, c->cosc, c->sinc, i, D, qrot);
+    const float* x = projected(c, c->q + (b * S + i) * c->q_ld + h * D, b * S + i, c->q_gamma, row);
+    float peak = rotate(x, c->cosc, c->sinc, i, D, qrot);
     int8_t* row = (int8_t*)(qu + r * D);
     qs[r] = to_int8(qrot, peak, D, row) * c->scale;
     for (int64_t d = 0; d < D; d += 16) /* u8 for vpdpbusd: +128, taken back with the keys' sums */
@@ -299,61 +263,56 @@ static void rows_task(void* data, size_t task) {
   free(sc);
 }
 
-typedef OrtStatus* (*GetInputFn)(const OrtKernelContext*, size_t, const OrtValue**);
-typedef OrtStatus* (*GetOutputFn)(OrtKernelContext*, size_t, const int64_t*, size_t, OrtValue**);
-typedef OrtStatus* (*DataFn)(const OrtValue*, void**);
-typedef OrtStatus* (*ShapeFn)(const OrtValue*, OrtShape**);
-typedef OrtStatus* (*DimCountFn)(const OrtShape*, size_t*);
-typedef OrtStatus* (*DimsFn)(const OrtShape*, int64_t*, size_t);
-typedef void (*ReleaseShapeFn)(OrtShape*);
-typedef OrtStatus* (*ParallelForFn)(const OrtKernelContext*, void (*)(void*, size_t), size_t, size_t, void*);
-
-static const void* input(OrtKernelContext* ctx, size_t i, int64_t* dims, size_t* rank) {
-  const OrtValue* value = NULL;
-  void* data = NULL;
-  OrtShape* shape = NULL;
-  FN(KernelContext_GetInput, GetInputFn)(ctx, i, &value);
-  FN(GetTensorMutableData, DataFn)(value, &data);
-  FN(GetTensorTypeAndShape, ShapeFn)(value, &shape);
-  FN(GetDimensionsCount, DimCountFn)(shape, rank);
-  if (*rank <= 4) FN(GetDimensions, DimsFn)(shape, dims, *rank);
-  FN(ReleaseTensorTypeAndShapeInfo, ReleaseShapeFn)(shape);
-  return data;
+/* an optional input [D] (a norm's weights) that is absent or fits */
+static int fits_vector(const float* data, const int64_t* dims, size_t rank, int64_t D) {
+  return data == NULL || (rank == 1 && dims[0] == D);
 }
 
 static void compute(void* self, OrtKernelContext* ctx) {
   const Kernel* kernel = self;
-  int64_t qd[4], kd[4], bd[4], cd[4], skip[4];
-  size_t qr, kr, br, cr, sr;
+  int64_t qd[MAX_RANK], kd[MAX_RANK], vd[MAX_RANK], bd[MAX_RANK], cd[MAX_RANK], rd[MAX_RANK], gq[MAX_RANK],
+      gk[MAX_RANK], skip[MAX_RANK];
+  size_t qr, kr, vr, br, cr, rr, gqr, gkr, sr;
   Call c = {0};
-  c.q = input(ctx, 0, qd, &qr);
-  c.k = input(ctx, 1, kd, &kr);
-  c.v = input(ctx, 2, skip, &sr);
-  c.seqlens = input(ctx, 3, skip, &sr);
-  c.cosc = input(ctx, 4, cd, &cr);
-  c.sinc = input(ctx, 5, skip, &sr);
-  c.bias = input(ctx, 6, bd, &br);
+  c.q = op_input(ctx, 0, qd, &qr);
+  c.k = op_input(ctx, 1, kd, &kr);
+  c.v = op_input(ctx, 2, vd, &vr);
+  c.seqlens = op_input(ctx, 3, skip, &sr);
+  c.cosc = op_input(ctx, 4, cd, &cr);
+  c.sinc = op_input(ctx, 5, skip, &sr);
+  c.bias = op_input(ctx, 6, bd, &br);
+  c.row_scale = op_input(ctx, 7, rd, &rr);
+  c.q_gamma = op_input(ctx, 8, gq, &gqr);
+  c.k_gamma = op_input(ctx, 9, gk, &gkr);
   c.H = kernel->heads;
   c.Hk = kernel->kv_heads;
+  c.epsilon = kernel->epsilon;
+  int packed = c.k == NULL && c.v == NULL;
   /* What fused_attention.py's rewrite guarantees, checked: this interface returns no error, so a misfit gets
    * an output of NaN, which the step cannot miss, instead of a read past an input. */
-  int fits = qr == 3 && kr == 3 && cr == 2 && br == 4 && c.H > 0 && c.Hk > 0 && c.H % c.Hk == 0 && qd[2] % c.H == 0;
+  int64_t width = packed ? c.H + 2 * c.Hk : c.H; /* heads in a token's query row */
+  int fits = qr == 3 && cr == 2 && br == 4 && c.H > 0 && c.Hk > 0 && c.H % c.Hk == 0 && qd[2] % width == 0 &&
+             (packed || (kr == 3 && vr == 3));
   if (fits) {
     c.B = qd[0];
     c.S = qd[1];
-    c.D = qd[2] / c.H;
-    fits = c.D % 16 == 0 && kd[0] == c.B && kd[1] == c.S && kd[2] == c.Hk * c.D && cd[0] >= c.S &&
-           cd[1] == c.D / 2 && (bd[0] == c.B || bd[0] == 1) && bd[2] == c.S && bd[3] == c.S;
+    c.D = qd[2] / width;
+    c.q_ld = qd[2];
+    c.kv_ld = packed ? qd[2] : c.Hk * c.D;
+    if (packed) {
+      c.k = c.q + c.H * c.D;
+      c.v = c.k + c.Hk * c.D;
+    }
+    fits = c.D % 16 == 0 && cd[0] >= c.S && cd[1] == c.D / 2 && (bd[0] == c.B || bd[0] == 1) && bd[2] == c.S &&
+           bd[3] == c.S && (packed || (kd[0] == c.B && kd[1] == c.S && kd[2] == c.kv_ld && vd[0] == c.B &&
+                                       vd[1] == c.S && vd[2] == c.kv_ld)) &&
+           (c.row_scale == NULL || (rr == 3 && rd[0] == c.B && rd[1] == c.S && rd[2] == 1)) &&
+           fits_vector(c.q_gamma, gq, gqr, c.D) && fits_vector(c.k_gamma, gk, gkr, c.D);
   }
-  int64_t none[1] = {0};
-  OrtValue* out_value = NULL;
-  void* out = NULL;
-  FN(KernelContext_GetOutput, GetOutputFn)(ctx, 0, qr <= 4 ? qd : none, qr <= 4 ? qr : 1, &out_value);
-  FN(GetTensorMutableData, DataFn)(out_value, &out);
+  int64_t out_dims[3] = {qr == 3 ? qd[0] : 0, qr == 3 ? qd[1] : 0, fits ? c.H * c.D : qr == 3 ? qd[2] : 0};
+  float* out = op_output(ctx, 0, out_dims, 3);
   if (!fits) {
-    int64_t count = 1;
-    for (size_t i = 0; qr <= 4 && i < qr; i++) count *= qd[i];
-    for (int64_t i = 0; qr <= 4 && i < count; i++) ((float*)out)[i] = NAN;
+    for (int64_t i = 0; i < out_dims[0] * out_dims[1] * out_dims[2]; i++) out[i] = NAN;
     return;
   }
   c.out = out;
@@ -366,71 +325,27 @@ static void compute(void* self, OrtKernelContext* ctx) {
   c.kscale = malloc(sizeof(float) * slots * (size_t)c.Sp);
   c.ksum = malloc(sizeof(int32_t) * slots * (size_t)c.Sp);
   c.vb = aligned_alloc(64, sizeof(uint16_t) * slots * (size_t)(c.Sp * c.D));
-  ParallelForFn parallel_for = FN(KernelContext_ParallelFor, ParallelForFn);
-  parallel_for(ctx, pack_kv, slots, slots, &c);
-  size_t tasks = (size_t)(c.B * c.H * ((c.S + TASK_ROWS - 1) / TASK_ROWS));
-  parallel_for(ctx, rows_task, tasks, tasks, &c);
+  op_parallel(ctx, pack_kv, slots, &c);
+  op_parallel(ctx, rows_task, (size_t)(c.B * c.H * ((c.S + TASK_ROWS - 1) / TASK_ROWS)), &c);
   free(c.vb);
   free(c.ksum);
   free(c.kscale);
   free(c.kq);
 }
 
-typedef OrtStatus* (*AttrIntFn)(const OrtKernelInfo*, const char*, int64_t*);
-typedef OrtStatus* (*AttrFloatFn)(const OrtKernelInfo*, const char*, float*);
-
 static void* create_kernel(const OrtCustomOp* op, const OrtApi* api, const OrtKernelInfo* info) {
   (void)op;
   (void)api;
   Kernel* k = calloc(1, sizeof(Kernel));
-  FN(KernelInfoGetAttribute_int64, AttrIntFn)(info, "num_heads", &k->heads);
-  FN(KernelInfoGetAttribute_int64, AttrIntFn)(info, "kv_num_heads", &k->kv_heads);
-  FN(KernelInfoGetAttribute_float, AttrFloatFn)(info, "scale", &k->scale);
+  k->heads = op_int_attribute(info, "num_heads", 0);
+  k->kv_heads = op_int_attribute(info, "kv_num_heads", 0);
+  k->scale = op_float_attribute(info, "scale", 0.f);
+  k->epsilon = op_float_attribute(info, "epsilon", 1e-6f);
   return k;
 }
 
-static const char* op_name(const OrtCustomOp* op) { (void)op; return "BidirectionalAttention"; }
-static const char* op_provider(const OrtCustomOp* op) { (void)op; return "CPUExecutionProvider"; }
-static int input_type(const OrtCustomOp* op, size_t i) { (void)op; return i == 3 ? INT32 : FLOAT; }
-static size_t input_count(const OrtCustomOp* op) { (void)op; return 7; }
-static int output_type(const OrtCustomOp* op, size_t i) { (void)op; (void)i; return FLOAT; }
-static size_t output_count(const OrtCustomOp* op) { (void)op; return 1; }
-static int required(const OrtCustomOp* op, size_t i) { (void)op; (void)i; return 0; }
-static int default_memory(const OrtCustomOp* op, size_t i) { (void)op; (void)i; return 0; }
-
-static OrtCustomOp op = {
-    13, create_kernel, op_name, op_provider, input_type, input_count, output_type, output_count,
-    compute, free, required, required, default_memory,
-};
-
-typedef OrtStatus* (*StatusFn)(int, const char*);
-typedef OrtStatus* (*DomainFn)(const char*, OrtCustomOpDomain**);
-typedef OrtStatus* (*DomainAddFn)(OrtCustomOpDomain*, const OrtCustomOp*);
-typedef OrtStatus* (*AddDomainFn)(OrtSessionOptions*, OrtCustomOpDomain*);
-
-/* The ISA this library's kernel needs, asked of the CPU itself. */
-int omnivoice_attention_runs_here(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
-}
-
-static OrtCustomOpDomain* domain; /* made once, lives as long as the process: sessions keep pointing at it */
-static OrtStatus* domain_status;
-
-static void make_domain(void) {
-  domain_status = FN(CreateCustomOpDomain, DomainFn)("ai.omnivoice", &domain);
-  if (domain_status == NULL) domain_status = FN(CustomOpDomain_Add, DomainAddFn)(domain, &op);
-}
-
-__attribute__((visibility("default"))) OrtStatus* RegisterCustomOps(OrtSessionOptions* options,
-                                                                      const OrtApiBase* base) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  ort = base->GetApi(API_VERSION);
-  if (ort == NULL) return NULL; /* nothing to report with: an ONNX Runtime older than 1.18 */
-  if (!omnivoice_attention_runs_here())
-    return FN(CreateStatus, StatusFn)(ORT_FAIL, "BidirectionalAttention needs AVX-512 VNNI and BF16");
-  pthread_once(&once, make_domain); /* sessions of one process may load at once */
-  if (domain_status != NULL) return FN(CreateStatus, StatusFn)(ORT_FAIL, "the ai.omnivoice domain was not made");
-  return FN(AddCustomOpDomain, AddDomainFn)(options, domain);
-}
+static const int inputs[] = {FLOAT, FLOAT, FLOAT, INT32, FLOAT, FLOAT, FLOAT, FLOAT, FLOAT, FLOAT}, outputs[] = {FLOAT};
+static const int kinds[] = {REQUIRED, OPTIONAL, OPTIONAL, REQUIRED, REQUIRED, REQUIRED, REQUIRED, OPTIONAL, OPTIONAL, OPTIONAL};
+Op attention_op = {.base = {.CreateKernel = create_kernel, .KernelCompute = compute, .KernelDestroy = free},
+                   .name = "BidirectionalAttention", .inputs = 10, .outputs = 1,
+                   .input_types = inputs, .output_types = outputs, .input_kinds = kinds};

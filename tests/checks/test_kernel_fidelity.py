@@ -1,34 +1,34 @@
-"""bench/attention_fidelity.py on the tiny cpu_int8 build: its fidelity with the fused kernel and with ONNX Runtime's
-attention, really measured against upstream, on one page."""
+"""bench/kernel_fidelity.py on the tiny cpu_int8 build: its fidelity on our kernels and on ONNX Runtime's own ops,
+really measured against upstream, on one page."""
 
 from __future__ import annotations
 
 import json
 
-from codes.common.isa import runs_fused_attention
+from codes.common.isa import runs_native_kernels
 from helpers.scripts import run_script
 
 
-def test_each_build_is_measured_with_both_attentions(builds, tmp_path):
+def test_each_build_is_measured_on_both_kernels(builds, tmp_path):
     folder = builds.get("cpu_int8")
     out = tmp_path / "fidelity.md"
-    result = run_script("bench/attention_fidelity.py", "--builds", folder, "--steps", "1", "--out", out)
-    if not runs_fused_attention():  # a CPU without AVX-512 VNNI or BF16: one line, no page
+    result = run_script("bench/kernel_fidelity.py", "--builds", folder, "--steps", "1", "--out", out)
+    if not runs_native_kernels():  # a CPU without AVX-512 VNNI or BF16: one line, no page
         assert result.returncode == 2 and not out.exists()
         assert result.stderr.strip().splitlines() == [
-            f"error: {folder}: the fused kernel does not run here (this CPU lacks AVX-512 VNNI or BF16)"]
+            f"error: {folder}: our kernels do not run here (this CPU lacks AVX-512 VNNI or BF16)"]
         return
     assert result.returncode == 0, result.stdout + result.stderr
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
-    assert [(row["build"], row["attention"]) for row in rows] == [(str(folder), "fused kernel"),
+    assert [(row["build"], row["kernels"]) for row in rows] == [(str(folder), "ours"),
                                                                   (str(folder), "ONNX Runtime's")]
     assert all(0 < row["first_step_agreement"] <= 1 and row["num_steps"] == 1 for row in rows)
     page = out.read_text()
-    assert f"| `{folder.name}` | fused kernel | " in page and f"| `{folder.name}` | ONNX Runtime's | " in page
+    assert f"| `{folder.name}` | ours | " in page and f"| `{folder.name}` | ONNX Runtime's | " in page
 
 
 def test_a_folder_that_is_not_a_build_is_one_line(tmp_path):
-    result = run_script("bench/attention_fidelity.py", "--builds", tmp_path, "--out", tmp_path / "page.md")
+    result = run_script("bench/kernel_fidelity.py", "--builds", tmp_path, "--out", tmp_path / "page.md")
     assert result.returncode == 2 and not (tmp_path / "page.md").exists()
     assert result.stderr.strip().splitlines() == [
         f"error: {tmp_path} has no omnivoice_manifest.json; pass a folder optimize.py built"]

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Quantized builds' fidelity with the fused attention kernel and with ONNX Runtime's, side by side
-(codes/checks/attention_fidelity.py). Needs a CPU the kernel runs on (AVX-512 VNNI and BF16).
+"""Quantized builds' fidelity on our CPU kernels and on ONNX Runtime's own ops, side by side
+(codes/checks/kernel_fidelity.py). Needs a CPU our kernels run on (AVX-512 VNNI and BF16).
 
-  python bench/attention_fidelity.py --builds models/full-cpu_int8 --out bench/attention_fidelity_<isa>.md
+  python bench/kernel_fidelity.py --builds models/full-cpu_int8 --out bench/kernel_fidelity_<isa>.md
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from codes.checks.attention_fidelity import measure, page  # noqa: E402  (the checkout's library, as a script)
+from codes.checks.kernel_fidelity import measure, page  # noqa: E402  (the checkout's library, as a script)
 from codes.checks.results_page import bench_parser, publish  # noqa: E402
 from codes.common.errors import run_cli  # noqa: E402
 
@@ -27,7 +27,7 @@ def main(argv=None) -> int:
 
     def run() -> None:
         data = measure(args.builds, args.steps, args.threads)
-        publish(args.out, "bench/attention_fidelity.py", argv, page, data)
+        publish(args.out, "bench/kernel_fidelity.py", argv, page, data)
 
     return run_cli(run)
 

@@ -1,0 +1,58 @@
+"""Our CPU kernels in a quantized backbone: where they run, and the graph they run in.
+
+ONNX Runtime runs a quantized step's GEMMs at the integer rate but its attention in fp32, and the per-token
+quantization around each GEMM as eight small ops and four passes over the activations (bench/roofline_*.md).
+The library built from codes/runtime/native/ (`make setup`) holds ops for both, registered in one domain:
+the attention (fused_attention.py) and the per-token quantization with what it follows (fused_quantization.py).
+They are not in the build: a build stays what every ONNX Runtime runs (the JavaScript runtime, other CPUs,
+CUDA), and the runtime swaps the ops in at load, in memory, where the graph is quantized anyway, the host has
+the instruction sets and the library is built (docs/DESIGN.md §native-kernels). Torch-free: runtime code.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from codes.common.isa import is_x86, runs_native_kernels
+
+LIBRARY = Path(__file__).resolve().parents[1] / "native" / "libomnivoice_kernels.so"
+DOMAIN = "ai.omnivoice"
+# OMNIVOICE_ONNX_KERNELS=onnx keeps ONNX Runtime's own ops (to compare, or to rule ours out)
+SWITCH, KEEP = "OMNIVOICE_ONNX_KERNELS", "onnx"
+PRECISIONS = ("int8", "int4")  # backbones already below fp32; cpu_fp32 stays token for token with upstream
+
+
+def why_not(precision: str | None, flags: frozenset[str] | None = None, library: Path = LIBRARY) -> str | None:
+    """None where a backbone of this precision runs our kernels here; else why not, in a few words."""
+    if os.environ.get(SWITCH) == KEEP:
+        return f"{SWITCH}={KEEP}"
+    if precision not in PRECISIONS:
+        return f"a {precision} backbone keeps ONNX Runtime's ops"
+    if not is_x86() or not runs_native_kernels(flags):
+        return "this CPU lacks AVX-512 VNNI or BF16"
+    if not library.is_file():
+        return f"{library.name} is not built (make setup builds it)"
+    return None
+
+
+def use_domain(model) -> None:
+    """Declare the library's domain in `model` (an onnx.ModelProto), once."""
+    from onnx import helper
+
+    if not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
+
+
+def fused_graph(path: Path, head_dim: int) -> bytes | None:
+    """The graph at `path` (its weights stay in their files) with our ops in, serialized; None where none of
+    them fits it."""
+    import onnx
+
+    from codes.runtime.contract import fused_attention, fused_quantization
+
+    model = onnx.load(str(path), load_external_data=False)
+    swapped = fused_attention.rewrite(model, head_dim) + fused_quantization.rewrite(model)
+    if swapped:
+        fused_attention.pack(model, head_dim, fused_quantization.row_scales(model))
+    return model.SerializeToString() if swapped else None

@@ -1,0 +1,65 @@
+"""Where the runtime runs our CPU kernels (codes/runtime/contract/native_kernels.py), and a quantized build's
+backbone on them against ONNX Runtime's own ops."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from codes.common.isa import NATIVE_KERNEL_FLAGS, runs_native_kernels
+from codes.runtime.contract import native_kernels
+
+RUNS_HERE = runs_native_kernels()
+
+
+def test_the_runtime_says_why_it_keeps_onnx_runtime_s_ops(tmp_path, monkeypatch):
+    every = frozenset(NATIVE_KERNEL_FLAGS)
+    built = tmp_path / "lib.so"
+    built.write_bytes(b"")
+    monkeypatch.delenv(native_kernels.SWITCH, raising=False)
+    monkeypatch.setattr(native_kernels, "is_x86", lambda: True)
+    assert native_kernels.why_not("int8", every, built) is None
+    assert native_kernels.why_not("int4", every, built) is None
+    assert native_kernels.why_not("fp32", every, built) == "a fp32 backbone keeps ONNX Runtime's ops"
+    assert native_kernels.why_not("int8", every - {"avx512_bf16"}, built) == "this CPU lacks AVX-512 VNNI or BF16"
+    assert native_kernels.why_not("int8", every, tmp_path / "absent.so") == \
+        "absent.so is not built (make setup builds it)"
+    monkeypatch.setenv(native_kernels.SWITCH, native_kernels.KEEP)
+    assert native_kernels.why_not("int8", every, built) == "OMNIVOICE_ONNX_KERNELS=onnx"
+
+
+def test_a_quantized_build_runs_our_kernels_where_the_cpu_has_them_and_fp32_never(builds, monkeypatch):
+    """The tiny cpu_int8 build's backbone: every layer's attention and every row quantizer swapped where this CPU
+    runs our kernels, its hidden states within int8's reach of ONNX Runtime's ops; cpu_fp32 stays on ONNX
+    Runtime's (exact)."""
+    import onnx
+
+    from codes.runtime.synthesis import OmniVoiceOnnx
+
+    monkeypatch.delenv(native_kernels.SWITCH, raising=False)
+    assert native_kernels.LIBRARY.is_file() or not RUNS_HERE, "make setup builds the kernels on this CPU"
+    folder = builds.get("cpu_int8")
+    int8 = OmniVoiceOnnx(folder, step="numpy")
+    assert int8.kernels == ("ours" if RUNS_HERE else "onnx")
+    assert OmniVoiceOnnx(builds.get("cpu_fp32"), step="numpy").kernels == "onnx"
+    if not RUNS_HERE:
+        return
+    head_dim = int8.manifest.data["model"]["head_dim"]
+    ops = [n.op_type for n in onnx.load_from_string(native_kernels.fused_graph(folder / "llm_decoder.onnx", head_dim)).graph.node]
+    layers = ops.count("BidirectionalAttention")
+    assert layers > 0 and ops.count("GatedQuantizeRows") == layers and "QuantizeLinear" not in ops
+    # each layer's two norms before a GEMM (the first layer's first is a plain norm), the attention's output
+    assert ops.count("SkipNormQuantizeRows") == 2 * layers - 1 and ops.count("QuantizeRows") == layers + 1
+    # the attention reads the qkv GEMM's output as it is: no split, no per-head norms; one row-scale Mul left,
+    # the last down_proj's, which the final norm (unquantized, for the heads) reads
+    assert "Split" not in ops and ops.count("Mul") == 1 and ops.count("SimplifiedLayerNormalization") == 1
+    monkeypatch.setenv(native_kernels.SWITCH, native_kernels.KEEP)
+    reference = OmniVoiceOnnx(folder, step="numpy")
+    assert reference.kernels == "onnx"
+    rng = np.random.default_rng(3)
+    embeds = rng.standard_normal((2, 40, int8.forward.backbone.hidden_size)).astype(np.float32)
+    mask = np.ones((2, 1, 40, 40), bool)
+    mask[1, 0, :, 31:] = False
+    ours, theirs = int8.forward.backbone(embeds, mask), reference.forward.backbone(embeds, mask)
+    for b, length in enumerate((40, 31)):
+        difference = np.linalg.norm(ours[b, :length] - theirs[b, :length]) / np.linalg.norm(theirs[b, :length])
+        assert difference < 0.05, difference
