@@ -17,7 +17,8 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.runtime.audio.processing import cut_to_hops, to_mono
-from codes.runtime.contract.sessions import open_session
+from codes.runtime.contract import native_kernels
+from codes.runtime.contract.sessions import open_with_kernels
 from codes.runtime.contract.specs import ACOUSTIC_ENCODER, HIGGS_DECODER, HIGGS_SPECS, QUANTIZER_ENCODER, SEMANTIC_ENCODER
 
 
@@ -51,7 +52,9 @@ class HiggsCodec:
         """Graphs load on first use: speaking needs only the decoder (the fp16 encoders hold ~700 MB)."""
         if key not in self._sessions:
             path = self.higgs_dir / self.section["sub_models"][key]["filename"]
-            self._sessions[key] = open_session(path, self._providers, self._threads)
+            on_cpu = (self._providers or ["CPUExecutionProvider"])[0] == "CPUExecutionProvider"
+            graph = native_kernels.codec_graph(path) if on_cpu and native_kernels.why_not_here() is None else None
+            self._sessions[key] = open_with_kernels(path, self._providers, self._threads, graph=graph)
         return self._sessions[key]
 
     def load_decoder(self) -> None:

@@ -3,7 +3,8 @@
 ONNX Runtime runs a quantized step's GEMMs at the integer rate but its attention in fp32, and the per-token
 quantization around each GEMM as eight small ops and four passes over the activations (bench/roofline_*.md).
 The library built from codes/runtime/native/ (`make setup`) holds ops for both, registered in one domain:
-the attention (fused_attention.py) and the per-token quantization with what it follows (fused_quantization.py).
+the attention (fused_attention.py) and the per-token quantization with what it follows (fused_quantization.py),
+and the codec's Snake activation (fused_snake.py).
 They are not in the build: a build stays what every ONNX Runtime runs (the JavaScript runtime, other CPUs,
 CUDA), and the runtime swaps the ops in at load, in memory, where the graph is quantized anyway, the host has
 the instruction sets and the library is built (docs/DESIGN.md §native-kernels). Torch-free: runtime code.
@@ -29,6 +30,14 @@ def why_not(precision: str | None, flags: frozenset[str] | None = None, library:
         return f"{SWITCH}={KEEP}"
     if precision not in PRECISIONS:
         return f"a {precision} backbone keeps ONNX Runtime's ops"
+    return why_not_here(flags, library)
+
+
+def why_not_here(flags: frozenset[str] | None = None, library: Path = LIBRARY) -> str | None:
+    """None where this host runs our kernels; else why not. The codec's Snake asks only this: it makes no codes,
+    and its audio moves by about 1e-7."""
+    if os.environ.get(SWITCH) == KEEP:
+        return f"{SWITCH}={KEEP}"
     if not is_x86() or not runs_native_kernels(flags):
         return "this CPU lacks AVX-512 VNNI or BF16"
     if not library.is_file():
@@ -56,3 +65,13 @@ def fused_graph(path: Path, head_dim: int) -> bytes | None:
     if swapped:
         fused_attention.pack(model, head_dim, fused_quantization.row_scales(model))
     return model.SerializeToString() if swapped else None
+
+
+def codec_graph(path: Path) -> bytes | None:
+    """The codec graph at `path` with our Snake in, serialized; None where it has none in fp32."""
+    import onnx
+
+    from codes.runtime.contract import fused_snake
+
+    model = onnx.load(str(path), load_external_data=False)
+    return model.SerializeToString() if fused_snake.rewrite(model) else None

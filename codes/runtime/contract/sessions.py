@@ -65,13 +65,19 @@ def backbone_session(path: Path, provider: str = "cpu", threads: int | None = No
     if precision is not None and head_dim is not None and provider == "cpu":
         if native_kernels.why_not(precision) is None:
             graph = native_kernels.fused_graph(Path(path), head_dim)
+    return open_with_kernels(path, providers_for(provider), threads, profile_dir, spin=True, graph=graph)
+
+
+def open_with_kernels(path: Path, providers: list[str] | None, threads: int | None, profile_dir: Path | None = None,
+                      spin: bool = False, graph: bytes | None = None) -> ort.InferenceSession:
+    """open_session with our kernels' graph where there is one; where the library will not load here, the build's
+    own graph on ONNX Runtime's ops, with a note."""
     if graph is not None:
         try:
-            return open_session(path, providers_for(provider), threads, profile_dir, spin=True, graph=graph)
-        except UserError as exc:  # the library would not load here: ONNX Runtime's own attention still runs
-            print(f"note: our CPU kernels did not load ({exc}); using ONNX Runtime's own ops",
-                  file=sys.stderr)
-    return make_session(path, provider, threads, profile_dir, spin=True)
+            return open_session(path, providers, threads, profile_dir, spin, graph=graph)
+        except UserError as exc:
+            print(f"note: our CPU kernels did not load ({exc}); using ONNX Runtime's own ops", file=sys.stderr)
+    return open_session(path, providers, threads, profile_dir, spin)
 
 
 def open_session(path: Path, providers: list[str] | None = None, threads: int | None = None,
@@ -114,7 +120,7 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
     except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs
         raise UserError(f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}") from None
     session.reranged_int8 = overrides  # kept alive with the session; empty where the weights fit as built
-    session.kernels = "ours" if graph is not None else "onnx"  # whose ops run its attention and quantization
+    session.kernels = "ours" if graph is not None else "onnx"  # whose ops run what our kernels can (native_kernels.py)
     return session
 
 

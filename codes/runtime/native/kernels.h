@@ -66,7 +66,7 @@ int64_t op_int_attribute(const OrtKernelInfo* info, const char* name, int64_t fa
 void op_init(Op* op);
 
 extern Op attention_op;
-extern Op quantize_rows_op, skip_norm_quantize_rows_op, gated_quantize_rows_op;
+extern Op quantize_rows_op, skip_norm_quantize_rows_op, gated_quantize_rows_op, snake_op;
 
 #define ISA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16")))
 

@@ -4,7 +4,8 @@
  * The ops (codes/runtime/contract/native_kernels.py swaps them into a quantized backbone at load):
  *   BidirectionalAttention (attention.c): the backbone's attention, Q·Kᵀ in int8, P·V in bf16;
  *   QuantizeRows, SkipNormQuantizeRows, GatedQuantizeRows (quantize_rows.c): the per-token int8 activations
- *   with the norm, the residual sum or the gated SiLU they follow, in one pass over each row.
+ *   with the norm, the residual sum or the gated SiLU they follow, in one pass over each row;
+ *   Snake (snake.c): the codec's activation, in one pass.
  * They need AVX-512 with VNNI and BF16; on other CPUs registration fails and the runtime keeps ONNX Runtime's
  * own ops. */
 #include <pthread.h>
@@ -111,7 +112,8 @@ int omnivoice_kernels_run_here(void) {
          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
 }
 
-static Op* const ops[] = {&attention_op, &quantize_rows_op, &skip_norm_quantize_rows_op, &gated_quantize_rows_op};
+static Op* const ops[] = {&attention_op, &quantize_rows_op, &skip_norm_quantize_rows_op, &gated_quantize_rows_op,
+                          &snake_op};
 static OrtCustomOpDomain* domain; /* made once, lives as long as the process: sessions keep pointing at it */
 static OrtStatus* domain_status;
 
