@@ -77,19 +77,19 @@ def test_an_input_the_kernel_does_not_take_gives_nan():
     assert got.shape == (1, 9, 40) and np.isnan(got).all()
 
 
-def test_the_build_s_codec_decodes_on_our_snake_where_the_cpu_has_it(builds, monkeypatch):
-    """The tiny build's Higgs decoder: every Snake swapped where this CPU runs our kernels, its audio within 1e-5
-    of the exported ops'."""
+def test_the_build_s_codec_decodes_on_our_snake_where_the_cpu_has_it(served_build, monkeypatch):
+    """The tiny build's fp32 Higgs decoder: every Snake swapped where this CPU runs our kernels, its audio within
+    1e-5 of the exported ops'."""
     from codes.runtime.contract.native_kernels import KEEP, SWITCH
     from codes.runtime.contract.specs import HIGGS_DECODER
     from codes.runtime.synthesis import OmniVoiceOnnx
 
     monkeypatch.delenv(SWITCH, raising=False)
     codes = np.random.default_rng(5).integers(0, 1024, (8, 30))
-    ours = OmniVoiceOnnx(builds.get("cpu_int8"), step="numpy").codec
+    ours = OmniVoiceOnnx(served_build, step="numpy").codec
     assert ours.session(HIGGS_DECODER.key).kernels == ("ours" if RUNS_HERE else "onnx")
     monkeypatch.setenv(SWITCH, KEEP)
-    theirs = OmniVoiceOnnx(builds.get("cpu_int8"), step="numpy").codec
+    theirs = OmniVoiceOnnx(served_build, step="numpy").codec
     assert theirs.session(HIGGS_DECODER.key).kernels == "onnx"
     a, b = ours.decode(codes), theirs.decode(codes)
     assert a.shape == b.shape and np.abs(a - b).max() <= 1e-5 * max(np.abs(b).max(), 1e-3)

@@ -1,7 +1,7 @@
 /* The codec's Snake activation in one pass: y = x + inverse * sin(alpha * x)^2, per channel.
  *
  * The Higgs decoder (and its acoustic encoder) writes each Snake as five ONNX ops over the whole signal, Sin and
- * Pow among them on one thread: a third of a 10 s decode on the Zen 4. Snake(x [B,C,L], alpha [1,C,1],
+ * Pow among them on one thread: an fp32 decoder takes 1.35 s for 10 s on the Zen 4, 0.87 s with this op. Snake(x [B,C,L], alpha [1,C,1],
  * inverse [1,C,1]) -> y [B,C,L] reads x once, on the session's threads. sin^2 needs no sign: the argument is
  * reduced by pi/2 (three-part Cody-Waite), and an odd quadrant takes cos^2 of the remainder; both by Cephes'
  * polynomials on [-pi/4, pi/4] (about 1e-7 relative). An input this kernel cannot take gives an output of NaN. */
