@@ -93,3 +93,31 @@ def test_the_build_s_codec_decodes_on_our_snake_where_the_cpu_has_it(served_buil
     assert theirs.session(HIGGS_DECODER.key).kernels == "onnx"
     a, b = ours.decode(codes), theirs.decode(codes)
     assert a.shape == b.shape and np.abs(a - b).max() <= 1e-5 * max(np.abs(b).max(), 1e-3)
+
+
+def test_an_fp16_decoder_is_widened_once_into_the_cache(tmp_path_factory, tmp_path, monkeypatch):
+    """The profiles' fp16 decoder: widened to fp32 with our Snake, kept in the user's cache and found there on the
+    next load (never made again), its audio within fp16's reach of ONNX Runtime's fp16 run."""
+    from helpers.codec_builds import codec_build
+
+    from codes.runtime.audio.codec import HiggsCodec
+    from codes.runtime.contract import native_kernels
+    from codes.runtime.contract.specs import HIGGS_DECODER
+
+    folder, section = codec_build(tmp_path_factory, "fp16")
+    monkeypatch.setenv("OMNIVOICE_ONNX_CACHE", str(tmp_path))
+    monkeypatch.delenv(native_kernels.SWITCH, raising=False)
+    codes = np.random.default_rng(6).integers(0, 1024, (8, 30))
+    ours = HiggsCodec(folder / section["models_dir"], section)
+    assert ours.session(HIGGS_DECODER.key).kernels == ("ours" if RUNS_HERE else "onnx")
+    if not RUNS_HERE:
+        return
+    widened = list((tmp_path / native_kernels.WIDENED).iterdir())
+    assert len(widened) == 1 and widened[0].suffix == ".onnx"
+    made = widened[0].stat().st_mtime_ns
+    decoder = folder / section["models_dir"] / section["sub_models"][HIGGS_DECODER.key]["filename"]
+    assert native_kernels.codec_graph(decoder) == widened[0] and widened[0].stat().st_mtime_ns == made
+    monkeypatch.setenv(native_kernels.SWITCH, native_kernels.KEEP)
+    theirs = HiggsCodec(folder / section["models_dir"], section)
+    a, b = ours.decode(codes), theirs.decode(codes)
+    assert a.shape == b.shape and np.abs(a - b).max() <= 1e-2 * max(np.abs(b).max(), 1e-3)

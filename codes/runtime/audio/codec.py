@@ -52,8 +52,10 @@ class HiggsCodec:
         """Graphs load on first use: speaking needs only the decoder (the fp16 encoders hold ~700 MB)."""
         if key not in self._sessions:
             path = self.higgs_dir / self.section["sub_models"][key]["filename"]
-            on_cpu = (self._providers or ["CPUExecutionProvider"])[0] == "CPUExecutionProvider"
-            graph = native_kernels.codec_graph(path) if on_cpu and native_kernels.why_not_here() is None else None
+            # the decoder speaks every utterance; the encoders run once a clip, not worth a widened copy
+            ours = (key == HIGGS_DECODER.key and native_kernels.why_not_here() is None
+                    and (self._providers or ["CPUExecutionProvider"])[0] == "CPUExecutionProvider")
+            graph = native_kernels.codec_graph(path) if ours else None
             self._sessions[key] = open_with_kernels(path, self._providers, self._threads, graph=graph)
         return self._sessions[key]
 

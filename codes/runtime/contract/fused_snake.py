@@ -3,18 +3,22 @@
 The exported Higgs graphs write each Snake, x + 1/(alpha + eps) * sin(alpha * x)^2, as Mul, Sin, Pow, Mul and Add
 over the whole signal, and ONNX Runtime runs Sin and Pow on one thread: an fp32 decoder decodes 10 s in 0.87 s
 with the op against 1.35 s without on the Zen 4 (docs/DESIGN.md §native-kernels). `rewrite` swaps each Snake for
-one op that reads x once, on the session's threads; only in fp32 graphs (an fp16 codec keeps its ops). Its sine is a polynomial of its own (about 1e-7 relative). Where it runs: native_kernels.py.
+one op that reads x once, on the session's threads, in fp32 graphs. An fp16 codec (what the profiles build) is
+first made fp32 in memory (`upcast`): ONNX Runtime's CPU provider computes its ops in fp32 between casts anyway,
+so its weights are widened once at load instead. Its sine is a polynomial of its own (about 1e-7 relative). Where it runs: native_kernels.py.
 Torch-free: runtime code.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from onnx import TensorProto
 
 from codes.runtime.contract.graph_edit import GraphIndex
 from codes.runtime.contract.native_kernels import DOMAIN, use_domain
 
 OP = "Snake"
+WIDENING = "1"  # what upcast and rewrite make: a new value makes the cache's widened graphs anew
 
 
 def _only(g: GraphIndex, name: str, op: str):
@@ -52,3 +56,30 @@ def rewrite(model) -> int:
         g.replace(removed, replacement)
         use_domain(model)
     return len(replacement)
+
+
+def upcast(model) -> bool:
+    """`model` (onnx.ModelProto with its weights loaded, changed in place) in fp32 where it is in fp16: its
+    weights, constants, casts and declared types; the inferred types it carries are dropped. False where it
+    holds no fp16."""
+    from onnx import numpy_helper
+
+    graph = model.graph
+    halves = [i for i in graph.initializer if i.data_type == TensorProto.FLOAT16]
+    if not halves:
+        return False
+    for init in halves:
+        widened = numpy_helper.to_array(init).astype(np.float32)
+        init.ClearField("int32_data")  # where onnx keeps fp16 values that are not raw bytes
+        init.data_type, init.raw_data = TensorProto.FLOAT, widened.tobytes()
+    for node in graph.node:
+        for a in node.attribute:
+            if a.name == "to" and node.op_type == "Cast" and a.i == TensorProto.FLOAT16:
+                a.i = TensorProto.FLOAT
+            if a.type == a.TENSOR and a.t.data_type == TensorProto.FLOAT16:  # Constant, ConstantOfShape
+                a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32), a.t.name))
+    for value in (*graph.input, *graph.output):
+        if value.type.tensor_type.elem_type == TensorProto.FLOAT16:
+            value.type.tensor_type.elem_type = TensorProto.FLOAT
+    del graph.value_info[:]
+    return True

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from codes.common.cache import cache_dir
+from codes.common.fileio import atomic_path, known_sha256
 from codes.common.isa import is_x86, runs_native_kernels
 
 LIBRARY = Path(__file__).resolve().parents[1] / "native" / "libomnivoice_kernels.so"
@@ -22,6 +24,7 @@ DOMAIN = "ai.omnivoice"
 # OMNIVOICE_ONNX_KERNELS=onnx keeps ONNX Runtime's own ops (to compare, or to rule ours out)
 SWITCH, KEEP = "OMNIVOICE_ONNX_KERNELS", "onnx"
 PRECISIONS = ("int8", "int4")  # backbones already below fp32; cpu_fp32 stays token for token with upstream
+WIDENED = "codec-fp32"  # the cache's folder of fp16 codec graphs widened to fp32, our Snake in
 
 
 def why_not(precision: str | None, flags: frozenset[str] | None = None, library: Path = LIBRARY) -> str | None:
@@ -67,11 +70,43 @@ def fused_graph(path: Path, head_dim: int) -> bytes | None:
     return model.SerializeToString() if swapped else None
 
 
-def codec_graph(path: Path) -> bytes | None:
-    """The codec graph at `path` with our Snake in, serialized; None where it has none in fp32."""
+def codec_graph(path: Path) -> bytes | Path | None:
+    """The codec graph at `path` with our Snake in: serialized, or for an fp16 graph the file of it widened to
+    fp32 in the user's cache (made once per source graph: widening takes longer than the decode it saves).
+    None where it has no Snake."""
     import onnx
 
     from codes.runtime.contract import fused_snake
 
     model = onnx.load(str(path), load_external_data=False)
-    return model.SerializeToString() if fused_snake.rewrite(model) else None
+    if not any(i.data_type == onnx.TensorProto.FLOAT16 for i in model.graph.initializer):
+        return model.SerializeToString() if fused_snake.rewrite(model) else None
+    cached = _widened_file(Path(path))
+    if cached.is_file():
+        return cached
+    model = onnx.load(str(path))  # the weights too: they are widened in memory
+    fused_snake.upcast(model)
+    if not fused_snake.rewrite(model):
+        return None
+    try:
+        with atomic_path(cached, exclusive=True) as tmp:
+            onnx.save(model, str(tmp))
+    except FileExistsError:  # another process made it first: the same graph
+        pass
+    except OSError:  # no cache to write to: this session's graph in memory
+        return model.SerializeToString()
+    return cached
+
+
+def _widened_file(path: Path) -> Path:
+    """Where the fp32 widening of the fp16 graph at `path` is kept: named by the digests of the graph and its
+    weights, and by what made it (fused_snake's WIDENING, onnx's version)."""
+    import hashlib
+
+    import onnx
+
+    from codes.runtime.contract import fused_snake
+
+    sources = [path] + [p for p in (path.with_name(path.name + ".data"),) if p.is_file()]
+    key = hashlib.sha256(" ".join([*known_sha256(sources), fused_snake.WIDENING, onnx.__version__]).encode())
+    return cache_dir(WIDENED) / f"{key.hexdigest()[:32]}.onnx"

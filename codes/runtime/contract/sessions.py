@@ -69,7 +69,7 @@ def backbone_session(path: Path, provider: str = "cpu", threads: int | None = No
 
 
 def open_with_kernels(path: Path, providers: list[str] | None, threads: int | None, profile_dir: Path | None = None,
-                      spin: bool = False, graph: bytes | None = None) -> ort.InferenceSession:
+                      spin: bool = False, graph: bytes | Path | None = None) -> ort.InferenceSession:
     """open_session with our kernels' graph where there is one; where the library will not load here, the build's
     own graph on ONNX Runtime's ops, with a note."""
     if graph is not None:
@@ -81,7 +81,8 @@ def open_with_kernels(path: Path, providers: list[str] | None, threads: int | No
 
 
 def open_session(path: Path, providers: list[str] | None = None, threads: int | None = None,
-                 profile_dir: Path | None = None, spin: bool = False, graph: bytes | None = None) -> ort.InferenceSession:
+                 profile_dir: Path | None = None, spin: bool = False,
+                 graph: bytes | Path | None = None) -> ort.InferenceSession:
     """threads None: ONNX Runtime's default, one intra-op thread per physical core.
 
     profile_dir: ONNX Runtime's profiler writes one JSON per session there (see end_profiling).
@@ -90,7 +91,8 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
         would go on spinning after it, taking the cores the backbone's next run needs; the backbone's
         would take the heads' (docs/DESIGN.md §spinning).
     graph: the graph at `path` as changed in memory (native_kernels.fused_graph), run with our kernels'
-        library; its weights are still read from path's folder.
+        library, its weights still read from path's folder; or a whole graph file our kernels run (a widened
+        codec in the cache, native_kernels.codec_graph).
     """
     options = ort.SessionOptions()
     # fp16 graphs log a constant-folding warning per layer, and a failing kernel logs what its exception
@@ -107,7 +109,7 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(profile_dir) / Path(path).stem)
     providers = providers or ["CPUExecutionProvider"]
-    if graph is not None:
+    if isinstance(graph, bytes):
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(Path(path).parent))
     try:
         if graph is not None:
@@ -115,7 +117,8 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
         # int8 weights this CPU's kernels would saturate on, re-ranged (codes/runtime/contract/int8_weights.py);
         # the arrays must outlive the session, which holds them without a copy.
         overrides = fit_int8_weights(options, path) if providers[0] == "CPUExecutionProvider" else []
-        session = ort.InferenceSession(graph if graph is not None else str(path), sess_options=options,
+        source = str(graph) if isinstance(graph, Path) else graph if graph is not None else str(path)
+        session = ort.InferenceSession(source, sess_options=options,
                                        providers=providers)
     except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs
         raise UserError(f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}") from None
