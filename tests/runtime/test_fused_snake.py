@@ -97,7 +97,8 @@ def test_the_build_s_codec_decodes_on_our_snake_where_the_cpu_has_it(served_buil
 
 def test_an_fp16_decoder_is_widened_once_into_the_cache(tmp_path_factory, tmp_path, monkeypatch):
     """The profiles' fp16 decoder: widened to fp32 with our Snake, kept in the user's cache and found there on the
-    next load (never made again), its audio within fp16's reach of ONNX Runtime's fp16 run."""
+    next load (never made again), its audio within 1e-5 of ONNX Runtime's run of the fp16 graph, which computes in fp32
+    as well."""
     from helpers.codec_builds import codec_build
 
     from codes.runtime.audio.codec import HiggsCodec
@@ -120,4 +121,4 @@ def test_an_fp16_decoder_is_widened_once_into_the_cache(tmp_path_factory, tmp_pa
     monkeypatch.setenv(native_kernels.SWITCH, native_kernels.KEEP)
     theirs = HiggsCodec(folder / section["models_dir"], section)
     a, b = ours.decode(codes), theirs.decode(codes)
-    assert a.shape == b.shape and np.abs(a - b).max() <= 1e-2 * max(np.abs(b).max(), 1e-3)
+    assert a.shape == b.shape and np.abs(a - b).max() <= 1e-5 * max(np.abs(b).max(), 1e-3)
