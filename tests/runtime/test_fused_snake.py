@@ -97,8 +97,8 @@ def test_the_build_s_codec_decodes_on_our_snake_where_the_cpu_has_it(served_buil
 
 def test_an_fp16_decoder_is_widened_once_into_the_cache(tmp_path_factory, tmp_path, monkeypatch):
     """The profiles' fp16 decoder: widened to fp32 with our Snake, kept in the user's cache and found there on the
-    next load (never made again), its audio within 1e-5 of ONNX Runtime's run of the fp16 graph, which computes in fp32
-    as well."""
+    next load (never made again), its audio within 1e-5 of ONNX Runtime's run of the fp16 graph, which computes
+    in fp32 as well."""
     from helpers.codec_builds import codec_build
 
     from codes.runtime.audio.codec import HiggsCodec
