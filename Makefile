@@ -27,12 +27,12 @@ $(WEB_STAMP): web/package.json web/package-lock.json
 	npm ci --prefix web --no-audit --no-fund
 	touch $(WEB_STAMP)
 
-# Our kernels, which the runtime loads into ONNX Runtime on AVX-512 VNNI/BF16 CPUs
-# (codes/runtime/contract/native_kernels.py). Elsewhere, or without a C compiler, they are not built and
-# the runtime keeps ONNX Runtime's own ops.
+# Our kernels, which the runtime loads into ONNX Runtime on x86-64 CPUs with AVX2 or more (all of them with
+# AVX-512 VNNI and BF16; codes/runtime/contract/native_kernels.py). Elsewhere, or without a C compiler, they are
+# not built and the runtime keeps ONNX Runtime's own ops.
 KERNELS_LIB := codes/runtime/native/libomnivoice_kernels.so
 KERNELS_SRC := $(wildcard codes/runtime/native/*.c)
-$(KERNELS_LIB): $(KERNELS_SRC) codes/runtime/native/kernels.h
+$(KERNELS_LIB): $(KERNELS_SRC) $(wildcard codes/runtime/native/*.h)
 	@if [ "$$(uname -m)" = x86_64 ] && command -v cc >/dev/null; then \
 		cc -O3 -Wall -Wextra -Werror -shared -fPIC -fvisibility=hidden -o $@ $(KERNELS_SRC); \
 	else echo "note: $@ not built (it needs an x86-64 C compiler); ONNX Runtime's own ops run instead"; fi

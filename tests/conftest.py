@@ -81,3 +81,23 @@ def served_build(builds):
     from helpers.synthesis_inputs import FP32_BUILD
 
     return builds.get(*FP32_BUILD)
+
+
+def _kernel_widths() -> list[int]:
+    """The vector widths our kernels run at on this CPU (codes/runtime/native/lanes.h): 16 and 8 on AVX-512 VNNI
+    and BF16, 8 alone on AVX2, 0 (the library refuses) below."""
+    from codes.common.isa import native_kernel_lanes
+
+    return [w for w in (16, 8) if w <= native_kernel_lanes()] or [0]
+
+
+@pytest.fixture(params=_kernel_widths(), ids=lambda lanes: f"{lanes}-lanes")
+def kernel_lanes(request, monkeypatch) -> int:
+    """A test of our kernels at each width this CPU runs them at: 8 on a wider CPU through the switch that the
+    library reads at registration, as an AVX2-only CPU runs them."""
+    from codes.runtime.contract import native_kernels
+
+    monkeypatch.delenv(native_kernels.SWITCH, raising=False)
+    if request.param == 8:
+        monkeypatch.setenv(native_kernels.SWITCH, native_kernels.EIGHT_LANES)
+    return request.param

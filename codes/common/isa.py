@@ -21,8 +21,10 @@ EXACT_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 NUMPY_FEATURES = {"AVX2": "avx2", "AVX512F": "avx512f", "AVXVNNI": "avx_vnni", "AVX512VNNI": "avx512_vnni",
                   "AVX512BF16": "avx512_bf16"}
 FULL_RANGE, SEVEN_BIT = 127, 63  # the int8 weight ranges an int8 build may carry
-# What the fused attention kernel (codes/runtime/native/attention.c) runs on: vpdpbusd for Q·Kᵀ, vdpbf16ps for P·V
+# What our kernels (codes/runtime/native/) run on: the attention on vpdpbusd for Q·Kᵀ and vdpbf16ps for P·V, the
+# others (the row quantizers, Snake) at 16 lanes beside it or at 8 on AVX2 with FMA
 NATIVE_KERNEL_FLAGS = ("avx512f", "avx512bw", "avx512_vnni", "avx512_bf16")
+EIGHT_LANE_FLAGS = ("avx2", "fma")
 
 
 @lru_cache(maxsize=1)
@@ -76,7 +78,10 @@ def int8_weight_levels(flags: frozenset[str] | None = None, x86: bool | None = N
     return FULL_RANGE if exact_int8_products(flags, x86) else SEVEN_BIT
 
 
-def runs_native_kernels(flags: frozenset[str] | None = None) -> bool:
-    """Whether this CPU has every instruction set the fused attention kernel uses."""
+def native_kernel_lanes(flags: frozenset[str] | None = None) -> int:
+    """The widest vectors our kernels run at on this CPU: 16 where the attention kernel runs too, 8 where only the
+    others do (AVX2 with FMA), 0 where none (as codes/runtime/native/library.c asks the CPU itself)."""
     flags = cpu_flags() if flags is None else flags
-    return all(flag in flags for flag in NATIVE_KERNEL_FLAGS)
+    if all(flag in flags for flag in NATIVE_KERNEL_FLAGS):
+        return 16
+    return 8 if all(flag in flags for flag in EIGHT_LANE_FLAGS) else 0

@@ -12,9 +12,10 @@ import onnxruntime as ort
 import pytest
 
 from codes.common.errors import UserError
-from codes.common.isa import int8_weight_levels, isa_names, runs_native_kernels
+from codes.common.isa import int8_weight_levels, isa_names, native_kernel_lanes
 from codes.export.manifest_write import hash_files
 from codes.runtime.contract.manifest import MANIFEST_NAME, read_manifest
+from codes.runtime.contract.native_kernels import kernels_label
 from helpers.scripts import last_error_line, run_main, run_script
 
 PROFILES = ("cpu_fp32", "cpu", "cpu_fp16", "gpu")
@@ -86,7 +87,7 @@ def test_int8_profile_runs_integer_kernels_and_stays_bidirectional(builds):
     assert len(fidelity["steps"]) == fidelity["num_steps"] == 8
     # the host it was measured on, and the weight range its kernels ran (full range, or re-ranged to 7 bits)
     assert fidelity["host"]["int8_weight_levels"] == int8_weight_levels() and fidelity["host"]["isa"] == isa_names()
-    assert fidelity["host"]["kernels"] == ("ours" if runs_native_kernels() else "onnx")
+    assert fidelity["host"]["kernels"] == kernels_label(native_kernel_lanes())
     assert data["quantization"]["int8"]["llm"]["weight_levels"] == 127
 
     def ops(name):

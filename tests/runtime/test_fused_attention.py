@@ -9,11 +9,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from codes.common.isa import runs_native_kernels
+from codes.common.isa import native_kernel_lanes
 from codes.runtime.contract import fused_attention
 from codes.runtime.contract.native_kernels import LIBRARY
 
-RUNS_HERE = runs_native_kernels()
 
 
 def _graph(op: str, heads: int, kv_heads: int, head_dim: int, positions: int, **extra) -> onnx.ModelProto:
@@ -53,6 +52,40 @@ def _feeds(rng, batch: int, tokens: int, heads: int, kv_heads: int, head_dim: in
             "bias": np.where(mask, 0, np.finfo(np.float32).min).astype(np.float32)}
 
 
+def _ours(model) -> ort.InferenceSession | None:
+    """A session of `model` on our kernels; None where this CPU runs no attention of ours, once the library has
+    shown that as it must: refusing to register below AVX2, and registering no attention at 8 lanes."""
+    options = ort.SessionOptions()
+    lanes = native_kernel_lanes()
+    if lanes == 0:
+        with pytest.raises(Exception, match="need AVX2 and FMA"):
+            options.register_custom_ops_library(str(LIBRARY))
+        return None
+    options.register_custom_ops_library(str(LIBRARY))
+    if lanes < 16:
+        with pytest.raises(Exception, match=fused_attention.OP):
+            ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return None
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def test_at_8_lanes_the_library_holds_no_attention(monkeypatch, kernel_lanes):
+    """OMNIVOICE_ONNX_KERNELS=avx2 reaches the library: its domain then holds the row kernels alone, as on an
+    AVX2-only CPU, and a graph with our attention does not load."""
+    model = _graph("GroupQueryAttention", 4, 2, 16, 64)
+    assert fused_attention.rewrite(model, 16) == 1
+    if kernel_lanes == 0:
+        assert _ours(model) is None
+        return
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(str(LIBRARY))
+    if kernel_lanes == 16:
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return
+    with pytest.raises(Exception, match=fused_attention.OP):
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
 @pytest.mark.parametrize("heads,kv_heads,head_dim,tokens,lengths,hole", [
     (4, 2, 16, 37, (37, 30), None),  # the tiny checkpoint's heads; a padded second row
     (16, 8, 128, 130, (130,), 7),  # the full size's, over two 64-key blocks and a part
@@ -65,13 +98,9 @@ def test_the_kernel_computes_what_group_query_attention_computes(heads, kv_heads
     feeds = _feeds(np.random.default_rng(tokens), len(lengths), tokens, heads, kv_heads, head_dim, 256, lengths, hole)
     expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["o"], feeds)[0]
     assert fused_attention.rewrite(model, head_dim) == 1
-    options = ort.SessionOptions()
-    if not RUNS_HERE:  # the library refuses to register where the kernel's instructions are missing
-        with pytest.raises(Exception, match="need AVX-512 VNNI and BF16"):
-            options.register_custom_ops_library(str(LIBRARY))
+    session = _ours(model)
+    if session is None:
         return
-    options.register_custom_ops_library(str(LIBRARY))
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     got = session.run(["o"], feeds)[0]  # total_sequence_length: still an input of the graph, read by no node
     assert got.shape == expected.shape
     relative = np.linalg.norm(got - expected) / np.linalg.norm(expected)
@@ -87,13 +116,9 @@ def test_inputs_the_kernel_does_not_take_give_nan_not_a_read_past_them():
     assert fused_attention.rewrite(model, 16) == 1
     feeds = _feeds(np.random.default_rng(0), 1, 20, 4, 2, 16, 64, (20,), None)
     feeds["bias"] = feeds["bias"][..., :19].copy()
-    options = ort.SessionOptions()
-    if not RUNS_HERE:
-        with pytest.raises(Exception, match="need AVX-512 VNNI and BF16"):
-            options.register_custom_ops_library(str(LIBRARY))
+    session = _ours(model)
+    if session is None:
         return
-    options.register_custom_ops_library(str(LIBRARY))
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     got = session.run(["o"], feeds)[0]
     assert got.shape == (1, 20, 64) and np.isnan(got).all()
 
@@ -180,13 +205,10 @@ def test_the_kernel_takes_the_qkv_projection_as_it_is(heads, kv_heads, head_dim,
     assert not {"Split", "Reshape", "Mul"} & set(ops) and ops.count("SimplifiedLayerNormalization") == 1
     attention = model.graph.node[ops.index(fused_attention.OP)]
     assert attention.input[1:3] == ["", ""] and attention.input[7] in fused_quantization.row_scales(model)
-    options = ort.SessionOptions()
-    if not RUNS_HERE:
-        with pytest.raises(Exception, match="need AVX-512 VNNI and BF16"):
-            options.register_custom_ops_library(str(LIBRARY))
+    session = _ours(model)
+    if session is None:
         return
-    options.register_custom_ops_library(str(LIBRARY))
-    got = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(["o"], feeds)[0]
+    got = session.run(["o"], feeds)[0]
     assert got.shape == expected.shape
     for b, length in enumerate(lengths):
         row = slice(0, length)

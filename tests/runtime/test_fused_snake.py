@@ -8,11 +8,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from codes.common.isa import runs_native_kernels
+from codes.common.isa import native_kernel_lanes
 from codes.runtime.contract import fused_snake
 from codes.runtime.contract.native_kernels import LIBRARY
 
-RUNS_HERE = runs_native_kernels()
+RUNS_HERE = native_kernel_lanes() > 0
 
 
 def _snake_graph(channels: int, dtype=np.float32):
@@ -34,7 +34,7 @@ def _snake_graph(channels: int, dtype=np.float32):
 
 
 @pytest.mark.parametrize("channels,samples", [(64, 24000), (1024, 37)])  # a long signal, and a tail of lanes
-def test_snake_computes_what_the_exported_ops_compute(channels, samples):
+def test_snake_computes_what_the_exported_ops_compute(channels, samples, kernel_lanes):
     """x + sin(alpha x)^2 / alpha to about 1e-7 of the output's scale (7.6e-6 at outputs near 120, measured), at
     arguments up to a few hundred radians."""
     model = _snake_graph(channels)
@@ -43,8 +43,8 @@ def test_snake_computes_what_the_exported_ops_compute(channels, samples):
     assert fused_snake.rewrite(model) == 1
     assert [n.op_type for n in model.graph.node] == ["Reciprocal", "Snake"]
     options = ort.SessionOptions()
-    if not RUNS_HERE:
-        with pytest.raises(Exception, match="need AVX-512 VNNI and BF16"):
+    if kernel_lanes == 0:
+        with pytest.raises(Exception, match="need AVX2 and FMA"):
             options.register_custom_ops_library(str(LIBRARY))
         return
     options.register_custom_ops_library(str(LIBRARY))
@@ -64,11 +64,11 @@ def test_an_fp16_codec_and_other_graphs_keep_their_ops():
     assert fused_snake.rewrite(model) == 0 and model.SerializeToString() == before
 
 
-def test_an_input_the_kernel_does_not_take_gives_nan():
+def test_an_input_the_kernel_does_not_take_gives_nan(kernel_lanes):
     """alpha of the wrong channel count: NaN, never a read past alpha."""
     model = _snake_graph(8)
     fused_snake.rewrite(model)
-    if not RUNS_HERE:
+    if kernel_lanes == 0:
         return
     options = ort.SessionOptions()
     options.register_custom_ops_library(str(LIBRARY))
@@ -77,17 +77,16 @@ def test_an_input_the_kernel_does_not_take_gives_nan():
     assert got.shape == (1, 9, 40) and np.isnan(got).all()
 
 
-def test_the_build_s_codec_decodes_on_our_snake_where_the_cpu_has_it(served_build, monkeypatch):
-    """The tiny build's fp32 Higgs decoder: every Snake swapped where this CPU runs our kernels, its audio within
-    1e-5 of the exported ops'."""
-    from codes.runtime.contract.native_kernels import KEEP, SWITCH
+def test_the_build_s_codec_decodes_on_our_snake_where_the_cpu_has_it(served_build, monkeypatch, kernel_lanes):
+    """The tiny build's fp32 Higgs decoder: every Snake swapped where this CPU runs our kernels, at each width,
+    its audio within 1e-5 of the exported ops'."""
+    from codes.runtime.contract.native_kernels import KEEP, SWITCH, kernels_label
     from codes.runtime.contract.specs import HIGGS_DECODER
     from codes.runtime.synthesis import OmniVoiceOnnx
 
-    monkeypatch.delenv(SWITCH, raising=False)
     codes = np.random.default_rng(5).integers(0, 1024, (8, 30))
     ours = OmniVoiceOnnx(served_build, step="numpy").codec
-    assert ours.session(HIGGS_DECODER.key).kernels == ("ours" if RUNS_HERE else "onnx")
+    assert ours.session(HIGGS_DECODER.key).kernels == kernels_label(kernel_lanes)
     monkeypatch.setenv(SWITCH, KEEP)
     theirs = OmniVoiceOnnx(served_build, step="numpy").codec
     assert theirs.session(HIGGS_DECODER.key).kernels == "onnx"
@@ -110,7 +109,7 @@ def test_an_fp16_decoder_is_widened_once_into_the_cache(tmp_path_factory, tmp_pa
     monkeypatch.delenv(native_kernels.SWITCH, raising=False)
     codes = np.random.default_rng(6).integers(0, 1024, (8, 30))
     ours = HiggsCodec(folder / section["models_dir"], section)
-    assert ours.session(HIGGS_DECODER.key).kernels == ("ours" if RUNS_HERE else "onnx")
+    assert ours.session(HIGGS_DECODER.key).kernels == native_kernels.kernels_label(native_kernel_lanes())
     if not RUNS_HERE:
         return
     widened = list((tmp_path / native_kernels.WIDENED).iterdir())

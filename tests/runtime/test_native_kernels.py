@@ -4,15 +4,15 @@ backbone on them against ONNX Runtime's own ops."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from codes.common.isa import NATIVE_KERNEL_FLAGS, runs_native_kernels
+from codes.common.errors import UserError
+from codes.common.isa import EIGHT_LANE_FLAGS, NATIVE_KERNEL_FLAGS
 from codes.runtime.contract import native_kernels
-
-RUNS_HERE = runs_native_kernels()
 
 
 def test_the_runtime_says_why_it_keeps_onnx_runtime_s_ops(tmp_path, monkeypatch):
-    every = frozenset(NATIVE_KERNEL_FLAGS)
+    every = frozenset(NATIVE_KERNEL_FLAGS + EIGHT_LANE_FLAGS)
     built = tmp_path / "lib.so"
     built.write_bytes(b"")
     monkeypatch.delenv(native_kernels.SWITCH, raising=False)
@@ -20,38 +20,50 @@ def test_the_runtime_says_why_it_keeps_onnx_runtime_s_ops(tmp_path, monkeypatch)
     assert native_kernels.why_not("int8", every, built) is None
     assert native_kernels.why_not("int4", every, built) is None
     assert native_kernels.why_not("fp32", every, built) == "a fp32 backbone keeps ONNX Runtime's ops"
-    assert native_kernels.why_not("int8", every - {"avx512_bf16"}, built) == "this CPU lacks AVX-512 VNNI or BF16"
+    assert native_kernels.lanes_here(every) == 16
+    assert native_kernels.why_not("int8", every - {"avx512_bf16"}, built) is None  # its AVX2 loops
+    assert native_kernels.lanes_here(every - {"avx512_bf16"}) == 8
+    assert native_kernels.why_not("int8", frozenset({"avx2"}), built) == "this CPU lacks AVX2 and FMA"
     assert native_kernels.why_not("int8", every, tmp_path / "absent.so") == \
         "absent.so is not built (make setup builds it)"
+    monkeypatch.setenv(native_kernels.SWITCH, native_kernels.EIGHT_LANES)
+    assert native_kernels.lanes_here(every) == 8 and native_kernels.why_not("int8", every, built) is None
     monkeypatch.setenv(native_kernels.SWITCH, native_kernels.KEEP)
     assert native_kernels.why_not("int8", every, built) == "OMNIVOICE_ONNX_KERNELS=onnx"
+    monkeypatch.setenv(native_kernels.SWITCH, "avx512")
+    with pytest.raises(UserError, match="OMNIVOICE_ONNX_KERNELS=avx512 is not a choice: use onnx"):
+        native_kernels.why_not("int8", every, built)
 
 
-def test_a_quantized_build_runs_our_kernels_where_the_cpu_has_them_and_fp32_never(builds, monkeypatch):
-    """The tiny cpu_int8 build's backbone: every layer's attention and every row quantizer swapped where this CPU
-    runs our kernels, its hidden states within int8's reach of ONNX Runtime's ops; cpu_fp32 stays on ONNX
-    Runtime's (exact)."""
+def test_a_quantized_build_runs_our_kernels_where_the_cpu_has_them_and_fp32_never(builds, monkeypatch, kernel_lanes):
+    """The tiny cpu_int8 build's backbone, at each width this CPU runs our kernels at: every row quantizer swapped,
+    and at 16 lanes every layer's attention too, its hidden states within int8's reach of ONNX Runtime's ops;
+    cpu_fp32 stays on ONNX Runtime's (exact)."""
     import onnx
 
     from codes.runtime.synthesis import OmniVoiceOnnx
 
-    monkeypatch.delenv(native_kernels.SWITCH, raising=False)
-    assert native_kernels.LIBRARY.is_file() or not RUNS_HERE, "make setup builds the kernels on this CPU"
+    assert native_kernels.LIBRARY.is_file() or kernel_lanes == 0, "make setup builds the kernels on this CPU"
     folder = builds.get("cpu_int8")
     int8 = OmniVoiceOnnx(folder, step="numpy")
-    assert int8.kernels == ("ours" if RUNS_HERE else "onnx")
+    assert int8.kernels == native_kernels.kernels_label(kernel_lanes)
     assert OmniVoiceOnnx(builds.get("cpu_fp32"), step="numpy").kernels == "onnx"
-    if not RUNS_HERE:
+    if kernel_lanes == 0:
         return
     head_dim = int8.manifest.data["model"]["head_dim"]
-    ops = [n.op_type for n in onnx.load_from_string(native_kernels.fused_graph(folder / "llm_decoder.onnx", head_dim)).graph.node]
-    layers = ops.count("BidirectionalAttention")
-    assert layers > 0 and ops.count("GatedQuantizeRows") == layers and "QuantizeLinear" not in ops
+    graph = native_kernels.fused_graph(folder / "llm_decoder.onnx", head_dim, kernel_lanes)
+    ops = [n.op_type for n in onnx.load_from_string(graph).graph.node]
+    layers = ops.count("GatedQuantizeRows")
+    assert layers > 0 and "QuantizeLinear" not in ops
     # each layer's two norms before a GEMM (the first layer's first is a plain norm), the attention's output
     assert ops.count("SkipNormQuantizeRows") == 2 * layers - 1 and ops.count("QuantizeRows") == layers + 1
-    # the attention reads the qkv GEMM's output as it is: no split, no per-head norms; one row-scale Mul left,
-    # the last down_proj's, which the final norm (unquantized, for the heads) reads
-    assert "Split" not in ops and ops.count("Mul") == 1 and ops.count("SimplifiedLayerNormalization") == 1
+    if kernel_lanes == 16:
+        # the attention reads the qkv GEMM's output as it is: no split, no per-head norms; one row-scale Mul left,
+        # the last down_proj's, which the final norm (unquantized, for the heads) reads
+        assert ops.count("BidirectionalAttention") == layers
+        assert "Split" not in ops and ops.count("Mul") == 1 and ops.count("SimplifiedLayerNormalization") == 1
+    else:  # our attention kernel needs AVX-512 VNNI and BF16: ONNX Runtime's stays
+        assert ops.count("GroupQueryAttention") == layers and "BidirectionalAttention" not in ops
     monkeypatch.setenv(native_kernels.SWITCH, native_kernels.KEEP)
     reference = OmniVoiceOnnx(folder, step="numpy")
     assert reference.kernels == "onnx"

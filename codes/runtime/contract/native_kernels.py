@@ -16,20 +16,45 @@ import os
 from pathlib import Path
 
 from codes.common.cache import cache_dir
+from codes.common.errors import UserError
 from codes.common.fileio import atomic_path, known_sha256
-from codes.common.isa import is_x86, runs_native_kernels
+from codes.common.isa import is_x86, native_kernel_lanes
 
 LIBRARY = Path(__file__).resolve().parents[1] / "native" / "libomnivoice_kernels.so"
 DOMAIN = "ai.omnivoice"
-# OMNIVOICE_ONNX_KERNELS=onnx keeps ONNX Runtime's own ops (to compare, or to rule ours out)
-SWITCH, KEEP = "OMNIVOICE_ONNX_KERNELS", "onnx"
+# OMNIVOICE_ONNX_KERNELS=onnx keeps ONNX Runtime's own ops (to compare, or to rule ours out); =avx2 runs ours at
+# 8 lanes, as an AVX2-only CPU does (ONNX Runtime's attention), on any CPU (the library reads it too)
+SWITCH, KEEP, EIGHT_LANES = "OMNIVOICE_ONNX_KERNELS", "onnx", "avx2"
+SWITCH_VALUES = {KEEP: "ONNX Runtime's own ops", EIGHT_LANES: "our kernels' AVX2 loops, ONNX Runtime's attention"}
 PRECISIONS = ("int8", "int4")  # backbones already below fp32; cpu_fp32 stays token for token with upstream
 WIDENED = "codec-fp32"  # the cache's folder of fp16 codec graphs widened to fp32, our Snake in
 
 
+def switch() -> str | None:
+    """What OMNIVOICE_ONNX_KERNELS asks for: KEEP, EIGHT_LANES, or None (the widest this CPU runs)."""
+    asked = os.environ.get(SWITCH) or None
+    if asked not in (None, *SWITCH_VALUES):
+        choices = " or ".join(f"{value} ({meaning})" for value, meaning in SWITCH_VALUES.items())
+        raise UserError(f"{SWITCH}={asked} is not a choice: use {choices}, or leave it unset (the widest this CPU runs)")
+    return asked
+
+
+def lanes_here(flags: frozenset[str] | None = None) -> int:
+    """The vector width our kernels run at here, as the library chooses it: 16 (the attention too), 8 (the row
+    quantizers and Snake, beside ONNX Runtime's attention), 0 (none)."""
+    asked = switch()
+    lanes = native_kernel_lanes(flags) if is_x86() and asked != KEEP else 0
+    return min(lanes, 8) if asked == EIGHT_LANES else lanes
+
+
+def kernels_label(lanes: int) -> str:
+    """How a session and the fidelity report name whose ops ran what ours can: ours, ours-avx2 or onnx."""
+    return {16: "ours", 8: "ours-avx2"}.get(lanes, "onnx")
+
+
 def why_not(precision: str | None, flags: frozenset[str] | None = None, library: Path = LIBRARY) -> str | None:
     """None where a backbone of this precision runs our kernels here; else why not, in a few words."""
-    if os.environ.get(SWITCH) == KEEP:
+    if switch() == KEEP:
         return f"{SWITCH}={KEEP}"
     if precision not in PRECISIONS:
         return f"a {precision} backbone keeps ONNX Runtime's ops"
@@ -37,12 +62,12 @@ def why_not(precision: str | None, flags: frozenset[str] | None = None, library:
 
 
 def why_not_here(flags: frozenset[str] | None = None, library: Path = LIBRARY) -> str | None:
-    """None where this host runs our kernels; else why not. The codec's Snake asks only this: it makes no codes,
-    and its audio moves by about 1e-7."""
-    if os.environ.get(SWITCH) == KEEP:
+    """None where this host runs our kernels, at either width; else why not. The codec's Snake asks only this: it
+    makes no codes, and its audio moves by about 1e-7."""
+    if switch() == KEEP:
         return f"{SWITCH}={KEEP}"
-    if not is_x86() or not runs_native_kernels(flags):
-        return "this CPU lacks AVX-512 VNNI or BF16"
+    if lanes_here(flags) == 0:
+        return "this CPU lacks AVX2 and FMA"
     if not library.is_file():
         return f"{library.name} is not built (make setup builds it)"
     return None
@@ -56,16 +81,17 @@ def use_domain(model) -> None:
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
 
 
-def fused_graph(path: Path, head_dim: int) -> bytes | None:
+def fused_graph(path: Path, head_dim: int, lanes: int = 16) -> bytes | None:
     """The graph at `path` (its weights stay in their files) with our ops in, serialized; None where none of
-    them fits it."""
+    them fits it. At 8 lanes the attention stays ONNX Runtime's: our attention kernel needs 16."""
     import onnx
 
     from codes.runtime.contract import fused_attention, fused_quantization
 
     model = onnx.load(str(path), load_external_data=False)
-    swapped = fused_attention.rewrite(model, head_dim) + fused_quantization.rewrite(model)
-    if swapped:
+    attention = fused_attention.rewrite(model, head_dim) if lanes == 16 else 0
+    swapped = attention + fused_quantization.rewrite(model)
+    if attention:
         fused_attention.pack(model, head_dim, fused_quantization.row_scales(model))
     return model.SerializeToString() if swapped else None
 

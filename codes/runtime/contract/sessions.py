@@ -64,7 +64,7 @@ def backbone_session(path: Path, provider: str = "cpu", threads: int | None = No
     graph = None
     if precision is not None and head_dim is not None and provider == "cpu":
         if native_kernels.why_not(precision) is None:
-            graph = native_kernels.fused_graph(Path(path), head_dim)
+            graph = native_kernels.fused_graph(Path(path), head_dim, native_kernels.lanes_here())
     return open_with_kernels(path, providers_for(provider), threads, profile_dir, spin=True, graph=graph)
 
 
@@ -123,7 +123,8 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
     except Exception as exc:  # ORT raises its own types for unreadable or invalid graphs
         raise UserError(f"ONNX Runtime cannot load {path}: {str(exc).splitlines()[0]}") from None
     session.reranged_int8 = overrides  # kept alive with the session; empty where the weights fit as built
-    session.kernels = "ours" if graph is not None else "onnx"  # whose ops run what our kernels can (native_kernels.py)
+    # whose ops run what our kernels can: ours, ours-avx2 (ONNX Runtime's attention) or onnx (native_kernels.py)
+    session.kernels = native_kernels.kernels_label(native_kernels.lanes_here()) if graph is not None else "onnx"
     return session
 
 

@@ -19,6 +19,8 @@
 #include <string.h>
 
 #include "kernels.h"
+#define LANES 16
+#include "lanes.h"
 
 #define ROWS 4      /* query rows a register block holds */
 #define TASK_ROWS 32 /* query rows a task takes */
@@ -43,7 +45,7 @@ typedef struct {
 } Call;
 
 /* x [D] at position pos, rotated half-split into r; returns max |r| */
-ISA static float rotate(const float* x, const float* cosc, const float* sinc, int64_t pos, int64_t D, float* r) {
+LANE_ISA static float rotate(const float* x, const float* cosc, const float* sinc, int64_t pos, int64_t D, float* r) {
   int64_t half = D / 2, i = 0;
   const float *c = cosc + pos * half, *s = sinc + pos * half;
   __m512 top = _mm512_setzero_ps();
@@ -65,7 +67,7 @@ ISA static float rotate(const float* x, const float* cosc, const float* sinc, in
 }
 
 /* row [D] (D a multiple of 16) to round(row / scale) in int8, scale = max |row| / 127; returns the scale */
-ISA static float to_int8(const float* row, float peak, int64_t D, int8_t* q) {
+LANE_ISA static float to_int8(const float* row, float peak, int64_t D, int8_t* q) {
   float scale = peak > 0.f ? peak / 127.f : 1.f;
   __m512 inv = _mm512_set1_ps(1.f / scale);
   for (int64_t d = 0; d < D; d += 16)
@@ -75,7 +77,7 @@ ISA static float to_int8(const float* row, float peak, int64_t D, int8_t* q) {
 
 /* token t's head row x [D] as the graph had it before attention: times the row scale, then RMSNorm and gamma;
  * x itself where neither applies, else the row made in buf */
-ISA static const float* projected(const Call* c, const float* x, int64_t t, const float* gamma, float* buf) {
+LANE_ISA static const float* projected(const Call* c, const float* x, int64_t t, const float* gamma, float* buf) {
   int64_t D = c->D;
   if (c->row_scale == NULL && gamma == NULL) return x;
   __m512 by = _mm512_set1_ps(c->row_scale ? c->row_scale[t] : 1.f), squares = _mm512_setzero_ps();
@@ -98,7 +100,7 @@ static inline int64_t valid_keys(const Call* c, int64_t b) {
 }
 
 /* One (batch, kv head): K rotated, smoothed, int8 a token and packed for vpdpbusd; V to bf16 pairs. */
-ISA static void pack_kv(void* data, size_t task) {
+LANE_ISA static void pack_kv(void* data, size_t task) {
   const Call* c = data;
   int64_t b = (int64_t)task / c->Hk, g = (int64_t)task % c->Hk, D = c->D, S = c->S, Sp = c->Sp, G = D / 4;
   int64_t n = valid_keys(c, b), ld = c->kv_ld;
@@ -153,7 +155,7 @@ ISA static void pack_kv(void* data, size_t task) {
 }
 
 /* Rows [r0, r0+nr) of query head h of batch b: scores in int8, softmax, P·V in bf16. */
-ISA static void block(const Call* c, int64_t b, int64_t h, int64_t r0, int64_t nr, float* sc, uint16_t* pb,
+LANE_ISA static void block(const Call* c, int64_t b, int64_t h, int64_t r0, int64_t nr, float* sc, uint16_t* pb,
                       uint8_t* qu, float* qrot) {
   int64_t D = c->D, S = c->S, Sp = c->Sp, G = D / 4, g = h / (c->H / c->Hk), n = valid_keys(c, b);
   size_t slot = (size_t)(b * c->Hk + g);

@@ -6,7 +6,6 @@
 #ifndef OMNIVOICE_KERNELS_H
 #define OMNIVOICE_KERNELS_H
 
-#include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,12 +46,15 @@ typedef struct OrtCustomOp {
   int (*GetMemoryType)(const struct OrtCustomOp*, size_t);
 } OrtCustomOp;
 
+typedef struct Tasks Tasks;
+
 /* An op of the library: ONNX Runtime sees `base`; the rest is what the shared callbacks answer from. */
 typedef struct {
   OrtCustomOp base;
   const char* name;
   size_t inputs, outputs;
   const int *input_types, *output_types, *input_kinds;
+  const Tasks* tasks; /* the width its loops run at, where it has loops of either (library.c sets it) */
 } Op;
 
 #define MAX_RANK 4
@@ -68,24 +70,31 @@ void op_init(Op* op);
 extern Op attention_op;
 extern Op quantize_rows_op, skip_norm_quantize_rows_op, gated_quantize_rows_op, snake_op;
 
-#define ISA __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bf16")))
+/* What a row kernel is handed (quantize_rows.c; its loops in quantize_rows_tasks.h), ROWS_A_TASK rows a task */
+#define ROWS_A_TASK 16
+typedef struct {
+  const float *x, *y, *row_scale, *gamma; /* x: the input, residual or gate; y: skip or up */
+  uint8_t* q;
+  float *scale, *sum;
+  int64_t rows, K;
+  float floor, epsilon;
+} RowsCall;
 
-/* e^x for x <= 0: 2^n 2^f, f in [-1/2, 1/2], 2^f by a degree-6 polynomial (4e-9 relative in exact
- * arithmetic: fp32's own rounding is what remains). */
-ISA static inline __m512 exp_nonpositive(__m512 x) {
-  __m512 t = _mm512_mul_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.f)), _mm512_set1_ps(1.44269504088896341f));
-  __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), f = _mm512_sub_ps(t, n);
-  __m512 p = _mm512_set1_ps(1.5353362e-4f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3398874e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6184374e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503325e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022648e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314720e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-  return _mm512_scalef_ps(p, n);
-}
+/* What Snake's kernel is handed (snake.c; its loop in snake_tasks.h), SNAKE_CHUNK samples of a row a task */
+#define SNAKE_CHUNK 4096
+typedef struct {
+  const float *x, *alpha, *inverse;
+  float* y;
+  int64_t C, L, chunks;
+} SnakeCall;
 
-/* The lanes of a row's last partial vector: the first n of 16. */
-static inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1); }
+/* The loops of the ops that run at either vector width, one table a width (tier16.c, tier8.c): each task
+ * takes a call and its index among op_parallel's tasks. */
+typedef void (*Task)(void*, size_t);
+struct Tasks {
+  int lanes;
+  Task quantize, skip_norm, gated, snake;
+};
+extern const Tasks tasks_16, tasks_8;
 
 #endif

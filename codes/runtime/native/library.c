@@ -6,10 +6,13 @@
  *   QuantizeRows, SkipNormQuantizeRows, GatedQuantizeRows (quantize_rows.c): the per-token int8 activations
  *   with the norm, the residual sum or the gated SiLU they follow, in one pass over each row;
  *   Snake (snake.c): the codec's activation, in one pass.
- * They need AVX-512 with VNNI and BF16; on other CPUs registration fails and the runtime keeps ONNX Runtime's
- * own ops. */
+ * The attention needs AVX-512 with VNNI and BF16. The others run at 16 lanes there and at 8 on AVX2 with FMA
+ * (tier16.c, tier8.c), where the domain holds them without the attention; OMNIVOICE_ONNX_KERNELS=avx2 asks for
+ * that domain on any CPU (to compare the two, or to test the AVX2 loops). Below AVX2 registration fails and the
+ * runtime keeps ONNX Runtime's own ops. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels.h"
 
@@ -105,34 +108,59 @@ void op_init(Op* op) {
   op->base.GetMemoryType = default_memory;
 }
 
-/* The ISA the library's kernels need, asked of the CPU itself. */
-int omnivoice_kernels_run_here(void) {
+/* The widest lanes this CPU runs the library's kernels at, asked of the CPU itself: 16 where the attention
+ * runs too, 8 where only the others do, 0 where none. */
+static int lanes_here(void) {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16");
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16"))
+    return 16;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8 : 0;
 }
 
-static Op* const ops[] = {&attention_op, &quantize_rows_op, &skip_norm_quantize_rows_op, &gated_quantize_rows_op,
-                          &snake_op};
-static OrtCustomOpDomain* domain; /* made once, lives as long as the process: sessions keep pointing at it */
-static OrtStatus* domain_status;
+/* The ops of each width's domain: the attention only at 16 lanes */
+static Op* const ops_16[] = {&attention_op, &quantize_rows_op, &skip_norm_quantize_rows_op, &gated_quantize_rows_op,
+                             &snake_op};
+static Op* const ops_8[] = {&quantize_rows_op, &skip_norm_quantize_rows_op, &gated_quantize_rows_op, &snake_op};
+enum { MAX_OPS = sizeof ops_16 / sizeof ops_16[0] };
 
-static void make_domain(void) {
-  domain_status = FN(CreateCustomOpDomain, DomainFn)("ai.omnivoice", &domain);
-  for (size_t i = 0; domain_status == NULL && i < sizeof ops / sizeof ops[0]; i++) {
-    op_init(ops[i]);
-    domain_status = FN(CustomOpDomain_Add, DomainAddFn)(domain, &ops[i]->base);
+typedef struct {
+  const Tasks* tasks;
+  Op* const* prototypes;
+  size_t count;
+  Op ops[MAX_OPS]; /* the prototypes' copies, each running its loops at this width */
+  OrtCustomOpDomain* domain; /* made once, lives as long as the process: sessions keep pointing at it */
+  OrtStatus* status;
+  pthread_once_t once;
+} Domain;
+
+static Domain domains[] = {
+    {.tasks = &tasks_16, .prototypes = ops_16, .count = sizeof ops_16 / sizeof ops_16[0], .once = PTHREAD_ONCE_INIT},
+    {.tasks = &tasks_8, .prototypes = ops_8, .count = sizeof ops_8 / sizeof ops_8[0], .once = PTHREAD_ONCE_INIT},
+};
+
+static void make_domain(Domain* d) {
+  d->status = FN(CreateCustomOpDomain, DomainFn)("ai.omnivoice", &d->domain);
+  for (size_t i = 0; d->status == NULL && i < d->count; i++) {
+    d->ops[i] = *d->prototypes[i];
+    d->ops[i].tasks = d->tasks;
+    op_init(&d->ops[i]);
+    d->status = FN(CustomOpDomain_Add, DomainAddFn)(d->domain, &d->ops[i].base);
   }
 }
+static void make_domain_16(void) { make_domain(&domains[0]); }
+static void make_domain_8(void) { make_domain(&domains[1]); }
 
 __attribute__((visibility("default"))) OrtStatus* RegisterCustomOps(OrtSessionOptions* options,
                                                                       const OrtApiBase* base) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
   ort = base->GetApi(API_VERSION);
   if (ort == NULL) return NULL; /* nothing to report with: an ONNX Runtime older than 1.18 */
-  if (!omnivoice_kernels_run_here())
-    return FN(CreateStatus, StatusFn)(ORT_FAIL, "the ai.omnivoice kernels need AVX-512 VNNI and BF16");
-  pthread_once(&once, make_domain); /* sessions of one process may load at once */
-  if (domain_status != NULL) return FN(CreateStatus, StatusFn)(ORT_FAIL, "the ai.omnivoice domain was not made");
-  return FN(AddCustomOpDomain, AddDomainFn)(options, domain);
+  int lanes = lanes_here();
+  const char* asked = getenv("OMNIVOICE_ONNX_KERNELS"); /* native_kernels.py's SWITCH */
+  if (asked != NULL && strcmp(asked, "avx2") == 0 && lanes > 8) lanes = 8;
+  if (lanes == 0) return FN(CreateStatus, StatusFn)(ORT_FAIL, "the ai.omnivoice kernels need AVX2 and FMA");
+  Domain* d = lanes == 16 ? &domains[0] : &domains[1];
+  pthread_once(&d->once, lanes == 16 ? make_domain_16 : make_domain_8); /* sessions of one process may load at once */
+  if (d->status != NULL) return FN(CreateStatus, StatusFn)(ORT_FAIL, "the ai.omnivoice domain was not made");
+  return FN(AddCustomOpDomain, AddDomainFn)(options, d->domain);
 }

@@ -1,0 +1,9 @@
+/* The kernels that run at either vector width, at 8 lanes (AVX2 with FMA). */
+#define LANES 8
+#include "kernels.h"
+#include "lanes.h"
+#include "quantize_rows_tasks.h"
+#include "snake_tasks.h"
+
+const Tasks TIERED(tasks) = {.lanes = LANES, .quantize = TIERED(quantize_task), .skip_norm = TIERED(skip_norm_task),
+                             .gated = TIERED(gated_task), .snake = TIERED(snake_task)};
