@@ -4,7 +4,8 @@
   python bench/cpu_speed.py --builds models/full-cpu_int8 --checkpoint full-random --out bench/cpu_speed_<isa>.md
   python bench/cpu_speed.py --builds OLD NEW --rounds 2          # two builds side by side, no torch
   git worktree add ../old 92ef807 && python bench/cpu_speed.py --builds OLD NEW --first_checkout ../old   # OLD as 92ef807 ran it
-  python bench/cpu_speed.py --builds NEW --onnx_kernels         # our CPU kernels against ONNX Runtime's own ops
+  python bench/cpu_speed.py --builds NEW --kernels avx2 onnx    # our CPU kernels at their widest, at 8 lanes (as on
+                                                                # an AVX2-only CPU), and ONNX Runtime's own ops
 
 Each build runs `inference.py` as a whole process; upstream's `generate` is timed alone, in fp32 and, where the
 CPU multiplies bf16 natively, bf16; rounds interleave them. The page names the CPU and its instruction sets.
@@ -18,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from codes.checks.cpu_speed import measure, page  # noqa: E402  (the checkout's library, as a script)
-from codes.checks.results_page import bench_parser, publish  # noqa: E402
+from codes.checks.results_page import add_kernel_switches, bench_parser, kernel_switches, publish  # noqa: E402
 from codes.common.errors import run_cli  # noqa: E402
 
 
@@ -34,9 +35,7 @@ def main(argv=None) -> int:
     p.add_argument("--first_checkout", type=Path,
                    help="run the first build with this checkout's inference.py (git worktree add DIR COMMIT): an "
                         "older commit's build as that commit ran it")
-    p.add_argument("--onnx_kernels", action="store_true",
-                   help="also run each build this checkout runs with ONNX Runtime's own ops "
-                        "(OMNIVOICE_ONNX_KERNELS=onnx), beside our kernels")
+    add_kernel_switches(p, "each build this checkout runs")
     p.add_argument("--out", type=Path, help="the page to write (and its .json beside it)")
     args = p.parse_args(argv)
 
@@ -47,7 +46,7 @@ def main(argv=None) -> int:
 
             checkpoint = resolve_checkpoint(args.checkpoint).path
         data = measure(args.builds, checkpoint, args.threads, args.seconds, args.num_steps, args.rounds, args.work,
-                       first_checkout=args.first_checkout, onnx_kernels=args.onnx_kernels)
+                       first_checkout=args.first_checkout, switches=kernel_switches(args))
         data["checkpoint"] = args.checkpoint  # as named: a generated name, or the folder given
         publish(args.out, "bench/cpu_speed.py", argv, page, data)
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.isa import cpu_flags
-from codes.runtime.contract.native_kernels import KEEP, SWITCH
+from codes.runtime.contract.native_kernels import SWITCH, SWITCH_VALUES
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ("The committee will meet again next Thursday to review the budget, the schedule, and the remaining "
         "open questions.")
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-ONNX_OPS = "#onnx-ops"  # a run key's mark: the build run with ONNX Runtime's own ops, none of ours
+SWITCHED = "#kernels="  # a run key's mark: the build run with our kernels' switch set (OMNIVOICE_ONNX_KERNELS)
 
 # Upstream's generate, timed alone: the model loads first, the clock covers only generate.
 UPSTREAM = """
@@ -70,11 +70,12 @@ def _run(command: list[str], cwd: Path = ROOT, env: dict | None = None) -> subpr
 
 
 def measure(builds: list[Path], checkpoint: Path | None, threads: int, seconds: float, steps: int, rounds: int,
-            work: Path, log=print, first_checkout: Path | None = None, onnx_kernels: bool = False) -> dict:
+            work: Path, log=print, first_checkout: Path | None = None, switches: list[str] = ()) -> dict:
     """Fastest seconds of each build's whole process and of upstream's generate per dtype, over `rounds`
     interleaved rounds. first_checkout: run the first build with that checkout's inference.py (an older
-    commit's worktree: its build as that commit ran it). onnx_kernels: each build this checkout runs also
-    runs with ONNX Runtime's own ops (OMNIVOICE_ONNX_KERNELS=onnx), beside our kernels."""
+    commit's worktree: its build as that commit ran it). switches: each build this checkout runs also runs with
+    OMNIVOICE_ONNX_KERNELS set to each (onnx: ONNX Runtime's own ops; avx2: our kernels at 8 lanes), beside our
+    kernels at their widest."""
     for build in builds:
         if not (build / "omnivoice_manifest.json").is_file():
             raise UserError(f"{build} has no omnivoice_manifest.json; pass a folder optimize.py built")
@@ -83,9 +84,8 @@ def measure(builds: list[Path], checkpoint: Path | None, threads: int, seconds: 
     checkouts = [first_checkout or ROOT] + [ROOT] * (len(builds) - 1)
     rows = [(build, checkout, f"ours:{build}" + (f"@{checkout}" if checkout != ROOT else ""), None)
             for build, checkout in zip(builds, checkouts)]
-    if onnx_kernels:
-        rows += [(build, ROOT, f"ours:{build}{ONNX_OPS}", {SWITCH: KEEP})
-                 for build, checkout in zip(builds, checkouts) if checkout == ROOT]
+    rows += [(build, ROOT, f"ours:{build}{SWITCHED}{value}", {SWITCH: value})
+             for value in switches for build, checkout in zip(builds, checkouts) if checkout == ROOT]
     work.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[float]] = {}
     for round_ in range(rounds):
@@ -142,8 +142,8 @@ def round_ratio(base: list[float], other: list[float]) -> float:
 
 
 def _ours_name(key: str, commits: dict[str, str | None]) -> str:
-    name, onnx_ops = key.removesuffix(ONNX_OPS), key.endswith(ONNX_OPS)
+    name, _, switch = key.partition(SWITCHED)
     build, _, checkout = name.split(":", 1)[1].partition("@")
     by = f", run by {commits[checkout]}'s checkout" if commits.get(checkout) else f", run by the checkout {checkout}"
     return (f"`{Path(build).name}`, whole process" + (by if checkout else "")
-            + (f", ONNX Runtime's own ops (`{SWITCH}={KEEP}`)" if onnx_ops else ""))
+            + (f", {SWITCH_VALUES[switch]} (`{SWITCH}={switch}`)" if switch else ""))

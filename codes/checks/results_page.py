@@ -14,6 +14,7 @@ from pathlib import Path
 
 from codes.common.fileio import atomic_path
 from codes.common.isa import cpuinfo, isa_names
+from codes.runtime.contract.native_kernels import KEEP, SWITCH, SWITCH_VALUES
 
 def cpu_info() -> tuple[str, list[str], list[str]]:
     """The CPU's model name, its instruction sets that matter here (ISA_FLAGS) and all its flags."""
@@ -66,12 +67,30 @@ def bench_parser(doc: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def add_kernel_switches(parser: argparse.ArgumentParser, what: str) -> None:
+    """--kernels: the values of our kernels' switch `what` (each build, or the step) also runs at, beside our
+    kernels at the widest this CPU runs; --onnx_kernels: the same as --kernels onnx."""
+    meanings = "; ".join(f"{value}: {meaning}" for value, meaning in SWITCH_VALUES.items())
+    parser.add_argument("--kernels", nargs="+", choices=list(SWITCH_VALUES), default=[],
+                        help=f"also run {what} with {SWITCH} set to each ({meanings})")
+    parser.add_argument("--onnx_kernels", action="store_true", help=f"the same as --kernels {KEEP}")
+
+
+def kernel_switches(args: argparse.Namespace) -> list[str]:
+    """The switch values add_kernel_switches' flags asked for, each once, in the order given."""
+    return list(dict.fromkeys(args.kernels + ([KEEP] if args.onnx_kernels else [])))
+
+
 @contextmanager
 def environment(values: dict):
-    """os.environ with `values` set, as it was again afterwards: a switch the runtime reads as it loads (our
-    kernels', OMNIVOICE_ONNX_KERNELS), for one part of a run."""
+    """os.environ with `values` set (a None: unset), as it was again afterwards: a switch the runtime reads as it
+    loads (our kernels', OMNIVOICE_ONNX_KERNELS), for one part of a run."""
     before = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     try:
         yield
     finally:

@@ -7,10 +7,11 @@ import datetime
 from pathlib import Path
 
 from codes.checks import roofline
-from codes.checks.results_page import environment, machine, machine_line, write_page
+from codes.checks.results_page import (add_kernel_switches, environment, kernel_switches, machine, machine_line,
+                                      write_page)
 from codes.checks.workloads import WORKLOADS, Case
 from codes.common.errors import UserError, run_cli
-from codes.runtime.contract.native_kernels import KEEP, SWITCH
+from codes.runtime.contract.native_kernels import SWITCH
 from codes.runtime.contract.manifest import read_manifest
 from codes.runtime.contract.specs import BACKBONE
 
@@ -50,9 +51,7 @@ def step_gemm_shapes(step_ops) -> set[tuple[int, int, int]]:
 def parse(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     parser.add_argument("--model_dir", type=Path, required=True, help="the build whose step is measured")
     parser.add_argument("--compare", type=Path, nargs="*", default=[], help="other builds' steps, side by side")
-    parser.add_argument("--onnx_kernels", action="store_true",
-                        help="also profile --model_dir's step with ONNX Runtime's own ops "
-                             "(OMNIVOICE_ONNX_KERNELS=onnx), beside our kernels")
+    add_kernel_switches(parser, "--model_dir's step")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--m", type=int, nargs="+", default=[70, 100, 250, 300, 600],
                         help="GEMM rows (tokens) to measure the kernels at, besides the step's own")
@@ -71,8 +70,8 @@ def measure(args: argparse.Namespace, log=print) -> dict:
             raise UserError(f"{folder} has no omnivoice_manifest.json; pass a folder optimize.py built")
     dims = model_dims(args.model_dir)
     runs = [(folder, str(folder), {}) for folder in builds]
-    if args.onnx_kernels:  # the same build on ONNX Runtime's own ops: a row name of its own
-        runs.append((args.model_dir, f"{args.model_dir} ({SWITCH}={KEEP})", {SWITCH: KEEP}))
+    for value in kernel_switches(args):  # the same build on other kernels: a row name of its own
+        runs.append((args.model_dir, f"{args.model_dir} ({SWITCH}={value})", {SWITCH: value}))
     steps = {}
     for folder, name, env in runs:
         for case in CASES:

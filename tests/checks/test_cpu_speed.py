@@ -68,15 +68,18 @@ def test_the_first_build_runs_with_the_checkout_it_is_compared_as(builds, tmp_pa
         f"error: {tmp_path / 'work'} has no inference.py; pass a checkout (git worktree add DIR COMMIT)"]
 
 
-def test_each_build_can_also_run_with_onnx_runtime_s_own_ops(builds, tmp_path):
-    """--onnx_kernels: a second row per build this checkout runs, our kernels switched off for it alone."""
+def test_each_build_can_also_run_on_other_kernels(builds, tmp_path):
+    """--kernels avx2 and --onnx_kernels: a row per build this checkout runs and switch value, our kernels at 8
+    lanes or switched off for it alone."""
     folder = builds.get(*FP32_BUILD)
     out = tmp_path / "speed.md"
-    result = run_script("bench/cpu_speed.py", "--builds", folder, "--onnx_kernels", "--seconds", "2",
-                        "--num_steps", "2", "--rounds", "1", "--work", tmp_path / "work", "--out", out)
+    result = run_script("bench/cpu_speed.py", "--builds", folder, "--kernels", "avx2", "--onnx_kernels", "--seconds",
+                        "2", "--num_steps", "2", "--rounds", "1", "--work", tmp_path / "work", "--out", out)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert set(json.loads(out.with_suffix(".json").read_text())["runs"]) == {
-        f"ours:{folder}", f"ours:{folder}#onnx-ops"}
+    assert list(json.loads(out.with_suffix(".json").read_text())["runs"]) == [
+        f"ours:{folder}", f"ours:{folder}#kernels=avx2", f"ours:{folder}#kernels=onnx"]
     page = out.read_text()
     assert f"`{folder.name}`, whole process | " in page
     assert f"`{folder.name}`, whole process, ONNX Runtime's own ops (`OMNIVOICE_ONNX_KERNELS=onnx`) | " in page
+    assert (f"`{folder.name}`, whole process, our kernels' AVX2 loops, ONNX Runtime's attention "
+            "(`OMNIVOICE_ONNX_KERNELS=avx2`) | ") in page

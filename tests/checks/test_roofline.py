@@ -122,7 +122,7 @@ def test_roofline_page_on_the_tiny_int8_build(builds, tmp_path):
     folder = builds.get("cpu_int8")
     out = tmp_path / "roofline.md"
     result = run_script("bench/roofline.py", "--model_dir", folder, "--m", "8", "--seq", "16", "--seconds", "0.01",
-                        "--steps", "1", "--onnx_kernels", "--out", out)
+                        "--steps", "1", "--kernels", "avx2", "--onnx_kernels", "--out", out)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(out.with_suffix(".json").read_text())
     page = out.read_text()
@@ -145,10 +145,12 @@ def test_roofline_page_on_the_tiny_int8_build(builds, tmp_path):
     measured = {row["seq"] for row in report["attention"] if row["gmacs"]}
     assert len(measured) > 1 and 16 in measured
     assert report["steps"][f"{folder}|10 s utterance"]["tokens"] > report["steps"][f"{folder}|2 s reply"]["tokens"]
-    # --onnx_kernels: the same build's step with ONNX Runtime's own ops, a row of its own beside our kernels'
-    beside = report["steps"][f"{folder} (OMNIVOICE_ONNX_KERNELS=onnx)|10 s utterance"]
-    assert {row["class"] for row in beside["classes"]} >= {"int8 GEMM", "attention"}
-    assert f"{folder.name} (OMNIVOICE_ONNX_KERNELS=onnx)" in page
+    # --kernels avx2 --onnx_kernels: the same build's step on our 8-lane loops and on ONNX Runtime's own ops, each a
+    # row of its own beside our kernels'
+    for value in ("avx2", "onnx"):
+        beside = report["steps"][f"{folder} (OMNIVOICE_ONNX_KERNELS={value})|10 s utterance"]
+        assert {row["class"] for row in beside["classes"]} >= {"int8 GEMM", "attention"}
+        assert f"{folder.name} (OMNIVOICE_ONNX_KERNELS={value})" in page
 
 
 def test_roofline_refuses_a_folder_that_is_not_a_build(tmp_path):
