@@ -75,3 +75,32 @@ def test_a_quantized_build_runs_our_kernels_where_the_cpu_has_them_and_fp32_neve
     for b, length in enumerate((40, 31)):
         difference = np.linalg.norm(ours[b, :length] - theirs[b, :length]) / np.linalg.norm(theirs[b, :length])
         assert difference < 0.05, difference
+
+
+def test_an_avx2_only_cpu_runs_our_8_lane_kernels_on_weights_re_ranged_to_7_bits(builds, monkeypatch):
+    """What an AVX2-only CPU does with a full-range cpu_int8 build, its two halves made here: the weights re-ranged
+    at load (its u8 x s8 kernels would saturate on full-range ones) and our kernels at 8 lanes, ONNX Runtime's
+    attention. The re-ranged weights reach the rewritten graph (its hidden states move from the full-range
+    weights'), and they stay within int8's reach of ONNX Runtime's ops on the same weights."""
+    from codes.common.isa import FULL_RANGE, SEVEN_BIT, native_kernel_lanes
+    from codes.runtime.contract import sessions
+    from codes.runtime.synthesis import OmniVoiceOnnx
+
+    monkeypatch.setattr(sessions, "int8_weight_levels", lambda: SEVEN_BIT)
+    monkeypatch.setenv(native_kernels.SWITCH, native_kernels.EIGHT_LANES)
+    folder = builds.get("cpu_int8")
+    ours = OmniVoiceOnnx(folder, step="numpy")
+    assert ours.kernels == ("ours-avx2" if native_kernel_lanes() else "onnx")
+    assert ours.forward.backbone.session.reranged_int8  # the backbone's int8 weights, handed over re-ranged
+    monkeypatch.setenv(native_kernels.SWITCH, native_kernels.KEEP)
+    theirs = OmniVoiceOnnx(folder, step="numpy")
+    assert theirs.forward.backbone.session.reranged_int8
+    embeds = np.random.default_rng(4).standard_normal((1, 30, ours.forward.backbone.hidden_size)).astype(np.float32)
+    mask = np.ones((1, 1, 30, 30), bool)
+    a, b = ours.forward.backbone(embeds, mask), theirs.forward.backbone(embeds, mask)
+    assert np.linalg.norm(a - b) / np.linalg.norm(b) < 0.05
+    monkeypatch.setattr(sessions, "int8_weight_levels", lambda: FULL_RANGE)  # the same kernels, the weights as built
+    monkeypatch.setenv(native_kernels.SWITCH, native_kernels.EIGHT_LANES)
+    built = OmniVoiceOnnx(folder, step="numpy")
+    assert not built.forward.backbone.session.reranged_int8
+    assert not np.array_equal(built.forward.backbone(embeds, mask), a)
