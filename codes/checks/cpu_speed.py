@@ -18,7 +18,7 @@ from pathlib import Path
 
 from codes.common.errors import UserError
 from codes.common.isa import cpu_flags
-from codes.runtime.contract.native_kernels import SWITCH, SWITCH_VALUES
+from codes.runtime.contract.native_kernels import KEEP, SWITCH, SWITCH_VALUES
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = ("The committee will meet again next Thursday to review the budget, the schedule, and the remaining "
@@ -117,18 +117,25 @@ def page(data: dict, machine_line: str, command: str) -> list[str]:
     ours = [key for key in runs if key.startswith("ours:")]
     upstream = [key for key in runs if key.startswith("upstream:")]
     base = ours[0]
+    # each of our rows' build as run on ONNX Runtime's own ops, where the run has it (--kernels onnx)
+    on_onnx = {key: f"{key.partition(SWITCHED)[0]}{SWITCHED}{KEEP}" for key in ours}
+    on_onnx = {key: same for key, same in on_onnx.items() if same in runs}
     lines = ["# Our builds against upstream PyTorch on this CPU", "",
              f"Machine: {machine_line}; {data['threads']} threads. Made by `{command}`.", "",
              f"A {data['seconds']:g} s utterance at {data['steps']} steps (\"{data['text']}\"). Ours: `inference.py` "
              "as a whole process (load, steps, codec, the WAV written). Upstream: `generate` alone, the model "
              f"loaded first. Fastest of {data['rounds']} interleaved rounds (all runs in the .json).", "",
-             "| what | seconds | against the first build | the same, median of the rounds | against " +
-             " | against ".join(f"upstream {key.split(':')[1]}" for key in upstream) + " |",
-             "|---|---|---|---|" + "---|" * len(upstream)]
+             "| what | seconds | against the first build | the same, median of the rounds |"
+             + "".join(f" against upstream {key.split(':')[1]} |" for key in upstream)
+             + (" against the same build on ONNX Runtime's own ops, median of the rounds |" if on_onnx else ""),
+             "|---|---|---|---|" + "---|" * (len(upstream) + bool(on_onnx))]
     for key in ours + upstream:
         name = _ours_name(key, data.get("checkouts", {})) if key in ours else f"upstream {key.split(':')[1]}, generate alone"
         cells = ([f"{runs[base] / runs[key]:.2f}x", f"{round_ratio(data['runs'][base], data['runs'][key]):.2f}x"]
                  + [f"{runs[other] / runs[key]:.2f}x" for other in upstream])
+        if on_onnx:
+            same = on_onnx.get(key)
+            cells.append(f"{round_ratio(data['runs'][same], data['runs'][key]):.2f}x" if same not in (None, key) else "")
         lines.append(f"| {name} | {runs[key]:.2f} | " + " | ".join(cells) + " |")
     lines += ["", "A ratio is how many times faster the row is than the column's run (above 1: faster). The median "
               "of the rounds takes each round's ratio of the two runs it interleaved, so a slow spell of the host "

@@ -83,3 +83,7 @@ def test_each_build_can_also_run_on_other_kernels(builds, tmp_path):
     assert f"`{folder.name}`, whole process, ONNX Runtime's own ops (`OMNIVOICE_ONNX_KERNELS=onnx`) | " in page
     assert (f"`{folder.name}`, whole process, our kernels' AVX2 loops, ONNX Runtime's attention "
             "(`OMNIVOICE_ONNX_KERNELS=avx2`) | ") in page
+    # each row against its build on ONNX Runtime's own ops, round by round; no upstream columns without upstream
+    header = next(line for line in page.splitlines() if line.startswith("| what |"))
+    assert header.endswith("| against the same build on ONNX Runtime's own ops, median of the rounds |")
+    assert "upstream" not in header
