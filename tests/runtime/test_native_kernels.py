@@ -104,3 +104,15 @@ def test_an_avx2_only_cpu_runs_our_8_lane_kernels_on_weights_re_ranged_to_7_bits
     built = OmniVoiceOnnx(folder, step="numpy")
     assert not built.forward.backbone.session.reranged_int8
     assert not np.array_equal(built.forward.backbone(embeds, mask), a)
+
+
+def test_a_misspelt_switch_is_one_line_and_nothing_written(builds, tmp_path):
+    from helpers.scripts import run_script
+
+    out = tmp_path / "out.wav"
+    result = run_script("inference.py", "--model_dir", builds.get("cpu_int8"), "--text", "Hello.", "--output", out,
+                        env={native_kernels.SWITCH: "avx-2"})
+    assert result.returncode == 2 and not out.exists()
+    assert result.stderr.strip().splitlines() == [
+        "error: OMNIVOICE_ONNX_KERNELS=avx-2 is not a choice: use onnx (ONNX Runtime's own ops) or avx2 (our kernels' "
+        "AVX2 loops, ONNX Runtime's attention), or leave it unset (the widest this CPU runs)"]
