@@ -3,6 +3,8 @@ backbone on them against ONNX Runtime's own ops."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,27 @@ def test_a_misspelt_switch_is_one_line_and_nothing_written(builds, tmp_path):
     assert result.stderr.strip().splitlines() == [
         "error: OMNIVOICE_ONNX_KERNELS=avx-2 is not a choice: use onnx (ONNX Runtime's own ops) or avx2 (our kernels' "
         "AVX2 loops, ONNX Runtime's attention), or leave it unset (the widest this CPU runs)"]
+
+
+def test_a_second_load_finds_the_rewritten_graphs_in_the_cache_and_imports_no_onnx(builds, served_build, tmp_path):
+    """The rewrites are made once a graph and kept: importing onnx alone takes about a second, more than the rest
+    of a load. A second process loading the same builds (cpu_int8's backbone, the fp32 codec's decoder) imports
+    no onnx and runs the same ops."""
+    import subprocess
+    import sys
+
+    from helpers.scripts import ROOT
+
+    load = ("import sys, numpy as np; from codes.runtime.synthesis import OmniVoiceOnnx; "
+            f"int8 = OmniVoiceOnnx({str(builds.get('cpu_int8'))!r}, step='numpy'); "
+            f"codec = OmniVoiceOnnx({str(served_build)!r}, step='numpy').codec; codec.decode(np.ones((8, 5), np.int64)); "
+            "print(int8.kernels, codec.session('higgs_decoder').kernels, 'onnx' in sys.modules)")
+    env = {**os.environ, "OMNIVOICE_ONNX_CACHE": str(tmp_path)}
+    env.pop(native_kernels.SWITCH, None)
+    first, second = (subprocess.run([sys.executable, "-c", load], cwd=ROOT, env=env, capture_output=True, text=True,
+                                    check=True).stdout.split() for _ in range(2))
+    lanes = native_kernels.lanes_here()
+    assert first[:2] == second[:2] == [native_kernels.kernels_label(lanes)] * 2
+    assert second[2] == ("False" if lanes else "True")  # without our kernels nothing is rewritten, nor kept
+    kept = list((tmp_path / native_kernels.REWRITTEN).iterdir()) if lanes else []
+    assert len(kept) == (2 if lanes else 0)  # the backbone's graph and the codec's decoder

@@ -18,7 +18,6 @@ from codes.runtime.contract.graph_edit import GraphIndex
 from codes.runtime.contract.native_kernels import DOMAIN, use_domain
 
 OP = "Snake"
-WIDENING = "1"  # what upcast and rewrite make: a new value makes the cache's widened graphs anew
 
 
 def _only(g: GraphIndex, name: str, op: str):
