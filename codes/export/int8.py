@@ -25,6 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from codes.common.isa import FULL_RANGE
+from codes.runtime.contract.graph_edit import fresh_name
 from codes.runtime.contract.int8_weights import WEIGHT_LEVELS_KEY
 
 WEIGHTS = ("column", "tensor")
@@ -114,12 +115,7 @@ class _Graph:
         self.names = {n for node in model.graph.node for n in (*node.input, *node.output)}
 
     def name(self, base: str) -> str:
-        candidate, i = base, 0
-        while candidate in self.names:
-            i += 1
-            candidate = f"{base}_{i}"
-        self.names.add(candidate)
-        return candidate
+        return fresh_name(base, self.names)
 
     def const(self, base: str, value: np.ndarray) -> str:
         name = self.name(base)

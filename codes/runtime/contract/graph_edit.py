@@ -15,6 +15,16 @@ def attribute(node, name: str, default):
     return helper.get_attribute_value(found[0]) if found else default
 
 
+def fresh_name(base: str, taken: set[str]) -> str:
+    """`base`, or the first of base_1, base_2, ... not in `taken`; it joins `taken`."""
+    name, i = base, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
+
+
 class GraphIndex:
     """A graph's nodes by the values they make and read, and its constants small enough to sit in the graph file
     (the weights' external data is never read)."""
@@ -57,12 +67,7 @@ class GraphIndex:
         return name not in self.outputs and all(id(n) in ids for n in self.consumers.get(name, []))
 
     def fresh(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.names:
-            i += 1
-            name = f"{base}_{i}"
-        self.names.add(name)
-        return name
+        return fresh_name(base, self.names)
 
     def replace(self, removed: set[int], replacement: dict[int, object]) -> None:
         """Write the graph back: nodes whose id is in `removed` dropped, those in `replacement` swapped for theirs,
