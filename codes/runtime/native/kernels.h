@@ -92,7 +92,6 @@ typedef struct {
  * takes a call and its index among op_parallel's tasks. */
 typedef void (*Task)(void*, size_t);
 struct Tasks {
-  int lanes;
   Task quantize, skip_norm, gated, snake;
 };
 extern const Tasks tasks_16, tasks_8;

@@ -1,10 +1,10 @@
 /* The codec's Snake activation in one pass: y = x + inverse * sin(alpha * x)^2, per channel.
  *
  * The Higgs decoder (and its acoustic encoder) writes each Snake as five ONNX ops over the whole signal, Sin and
- * Pow among them on one thread: an fp32 decoder takes 1.35 s for 10 s on the Zen 4, 0.87 s with this op. Snake(x [B,C,L], alpha [1,C,1],
- * inverse [1,C,1]) -> y [B,C,L] reads x once, on the session's threads, with a sine of its own (about 1e-7
- * relative; its loop, at either vector width, in snake_tasks.h). An input this kernel cannot take gives an
- * output of NaN. */
+ * Pow among them on one thread: an fp32 decoder takes 1.35 s for 10 s on the Zen 4, 0.87 s with this op.
+ * Snake(x [B,C,L], alpha [1,C,1], inverse [1,C,1]) -> y [B,C,L] reads x once, on the session's threads, with a
+ * sine of its own (about 1e-7 relative; its loop, at either vector width, in snake_tasks.h). An input this
+ * kernel cannot take gives an output of NaN. */
 #include <math.h>
 #include <stdlib.h>
 

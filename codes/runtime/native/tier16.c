@@ -5,5 +5,5 @@
 #include "quantize_rows_tasks.h"
 #include "snake_tasks.h"
 
-const Tasks TIERED(tasks) = {.lanes = LANES, .quantize = TIERED(quantize_task), .skip_norm = TIERED(skip_norm_task),
+const Tasks TIERED(tasks) = {.quantize = TIERED(quantize_task), .skip_norm = TIERED(skip_norm_task),
                              .gated = TIERED(gated_task), .snake = TIERED(snake_task)};
