@@ -101,7 +101,7 @@ def test_an_fp16_decoder_is_widened_once_into_the_cache(tmp_path_factory, tmp_pa
     from helpers.codec_builds import codec_build
 
     from codes.runtime.audio.codec import HiggsCodec
-    from codes.runtime.contract import native_kernels
+    from codes.runtime.contract import kernel_graphs, native_kernels
     from codes.runtime.contract.specs import HIGGS_DECODER
 
     folder, section = codec_build(tmp_path_factory, "fp16")
@@ -112,11 +112,11 @@ def test_an_fp16_decoder_is_widened_once_into_the_cache(tmp_path_factory, tmp_pa
     assert ours.session(HIGGS_DECODER.key).kernels == native_kernels.kernels_label(native_kernel_lanes())
     if not RUNS_HERE:
         return
-    widened = list((tmp_path / native_kernels.WIDENED).iterdir())
+    widened = list((tmp_path / kernel_graphs.WIDENED).iterdir())
     assert len(widened) == 1 and widened[0].suffix == ".onnx"
     made = widened[0].stat().st_mtime_ns
     decoder = folder / section["models_dir"] / section["sub_models"][HIGGS_DECODER.key]["filename"]
-    assert native_kernels.codec_graph(decoder) == widened[0] and widened[0].stat().st_mtime_ns == made
+    assert kernel_graphs.codec_graph(decoder) == widened[0] and widened[0].stat().st_mtime_ns == made
     monkeypatch.setenv(native_kernels.SWITCH, native_kernels.KEEP)
     theirs = HiggsCodec(folder / section["models_dir"], section)
     a, b = ours.decode(codes), theirs.decode(codes)

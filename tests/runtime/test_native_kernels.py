@@ -10,7 +10,7 @@ import pytest
 
 from codes.common.errors import UserError
 from codes.common.isa import EIGHT_LANE_FLAGS, NATIVE_KERNEL_FLAGS
-from codes.runtime.contract import native_kernels
+from codes.runtime.contract import kernel_graphs, native_kernels
 
 
 def test_the_runtime_says_why_it_keeps_onnx_runtime_s_ops(tmp_path, monkeypatch):
@@ -53,7 +53,7 @@ def test_a_quantized_build_runs_our_kernels_where_the_cpu_has_them_and_fp32_neve
     if kernel_lanes == 0:
         return
     head_dim = int8.manifest.data["model"]["head_dim"]
-    graph = native_kernels.fused_graph(folder / "llm_decoder.onnx", head_dim, kernel_lanes)
+    graph = kernel_graphs.fused_graph(folder / "llm_decoder.onnx", head_dim, kernel_lanes)
     ops = [n.op_type for n in onnx.load_from_string(graph).graph.node]
     layers = ops.count("GatedQuantizeRows")
     assert layers > 0 and "QuantizeLinear" not in ops
@@ -140,5 +140,5 @@ def test_a_second_load_finds_the_rewritten_graphs_in_the_cache_and_imports_no_on
     lanes = native_kernels.lanes_here()
     assert first[:2] == second[:2] == [native_kernels.kernels_label(lanes)] * 2
     assert second[2] == ("False" if lanes else "True")  # without our kernels nothing is rewritten, nor kept
-    kept = list((tmp_path / native_kernels.REWRITTEN).iterdir()) if lanes else []
+    kept = list((tmp_path / kernel_graphs.REWRITTEN).iterdir()) if lanes else []
     assert len(kept) == (2 if lanes else 0)  # the backbone's graph and the codec's decoder

@@ -17,7 +17,7 @@ import numpy as np
 
 from codes.common.errors import UserError
 from codes.runtime.audio.processing import cut_to_hops, to_mono
-from codes.runtime.contract import native_kernels
+from codes.runtime.contract import kernel_graphs, native_kernels
 from codes.runtime.contract.sessions import open_with_kernels
 from codes.runtime.contract.specs import ACOUSTIC_ENCODER, HIGGS_DECODER, HIGGS_SPECS, QUANTIZER_ENCODER, SEMANTIC_ENCODER
 
@@ -55,7 +55,7 @@ class HiggsCodec:
             # the decoder speaks every utterance; the encoders run once a clip, not worth a widened copy
             ours = (key == HIGGS_DECODER.key and native_kernels.why_not_here() is None
                     and (self._providers or ["CPUExecutionProvider"])[0] == "CPUExecutionProvider")
-            graph = native_kernels.codec_graph(path) if ours else None
+            graph = kernel_graphs.codec_graph(path) if ours else None
             self._sessions[key] = open_with_kernels(path, self._providers, self._threads, graph=graph)
         return self._sessions[key]
 

@@ -13,7 +13,7 @@ import onnxruntime as ort
 
 from codes.common.errors import GraphFailed, UserError
 from codes.common.isa import FULL_RANGE, int8_weight_levels
-from codes.runtime.contract import native_kernels
+from codes.runtime.contract import kernel_graphs, native_kernels
 from codes.runtime.contract.int8_weights import reranged_weights
 from codes.runtime.contract.probe import CAUSAL_ADVICE, probe_bidirectional
 
@@ -64,7 +64,7 @@ def backbone_session(path: Path, provider: str = "cpu", threads: int | None = No
     graph = None
     if precision is not None and head_dim is not None and provider == "cpu":
         if native_kernels.why_not(precision) is None:
-            graph = native_kernels.fused_graph(Path(path), head_dim, native_kernels.lanes_here())
+            graph = kernel_graphs.fused_graph(Path(path), head_dim, native_kernels.lanes_here())
     return open_with_kernels(path, providers_for(provider), threads, profile_dir, spin=True, graph=graph)
 
 
@@ -90,9 +90,9 @@ def open_session(path: Path, providers: list[str] | None = None, threads: int | 
         ends. Only the backbone does: every session has its own workers, and those of a short graph
         would go on spinning after it, taking the cores the backbone's next run needs; the backbone's
         would take the heads' (docs/DESIGN.md §spinning).
-    graph: the graph at `path` as changed in memory (native_kernels.fused_graph), run with our kernels'
+    graph: the graph at `path` as changed in memory (kernel_graphs.fused_graph), run with our kernels'
         library, its weights still read from path's folder; or a whole graph file our kernels run (a widened
-        codec in the cache, native_kernels.codec_graph).
+        codec in the cache, kernel_graphs.codec_graph).
     """
     options = ort.SessionOptions()
     # fp16 graphs log a constant-folding warning per layer, and a failing kernel logs what its exception
