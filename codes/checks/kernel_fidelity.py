@@ -1,5 +1,5 @@
 """bench/kernel_fidelity.py: each build's fidelity against upstream fp32 on our CPU kernels and on ONNX Runtime's
-own ops, side by side in one run (eval.py --mode fidelity's measure, twice a build)."""
+own ops, side by side in one run (eval.py --mode fidelity's measure, once a build and kernel set)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,16 @@ from pathlib import Path
 
 from codes.checks.results_page import environment
 from codes.common.errors import UserError
+from codes.common.isa import native_kernel_lanes
 from codes.export.fidelity import run_fidelity
-from codes.runtime.contract.native_kernels import EIGHT_LANES, KEEP, SWITCH, kernels_label, lanes_here, why_not
+from codes.runtime.contract.native_kernels import EIGHT_LANES, KEEP, SWITCH, kernels_label, why_not
 from codes.runtime.contract.manifest import read_manifest
 
 
 def kernel_runs() -> list[tuple[str, dict]]:
     """Our kernels at each width this CPU runs them at (ours, then ours-avx2: ONNX Runtime's attention, as on an
     AVX2-only CPU), then ONNX Runtime's own ops: each a label and the environment it runs in."""
-    with environment({SWITCH: None}):
-        lanes = lanes_here()
-    runs = [(kernels_label(16), {SWITCH: None})] if lanes == 16 else []
+    runs = [(kernels_label(16), {SWITCH: None})] if native_kernel_lanes() == 16 else []
     return runs + [(kernels_label(8), {SWITCH: EIGHT_LANES}), ("ONNX Runtime's", {SWITCH: KEEP})]
 
 

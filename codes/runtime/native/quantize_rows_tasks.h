@@ -64,7 +64,7 @@ LANE_ISA static inline vf gated(vf g, vf u, vf by, int scaled) {
 
 LANE_ISA static void TIERED(gated_task)(void* data, size_t task) {
   const RowsCall* c = data;
-  int64_t K = c->K, padded = (K + LANES - 1) / LANES * LANES;
+  int64_t K = c->K, padded = (K + 15) / 16 * 16; /* whole vectors, and whole 64-byte lines as aligned_alloc asks */
   int scaled = c->row_scale != NULL;
   float* x = aligned_alloc(64, sizeof(float) * (size_t)padded); /* a row, kept in cache */
   for (int64_t i = (int64_t)task * ROWS_A_TASK; i < task_end(c, task); i++) {
